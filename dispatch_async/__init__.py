@@ -1,0 +1,77 @@
+"""dispatch-async: an asyncio client for the bulk message-dispatch API.
+
+Start with ``DispatchSession``; ``dispatch_async.testing`` has a local simulator.
+"""
+
+from ._batch import BatchOptions, BatchSettings
+from ._exceptions import (
+    AuthenticationError,
+    ClientStatusError,
+    ConfigurationError,
+    ConnectError,
+    ConnectionLostError,
+    DeadlineExceededError,
+    DispatchError,
+    FailedRecipientsError,
+    InputError,
+    InvalidRecipientError,
+    MalformedResponseError,
+    MissingFromResponseError,
+    RateLimitedError,
+    RedirectError,
+    RequestTimeoutError,
+    ResponseTooLargeError,
+    ServerStatusError,
+    ServiceUnavailableError,
+    SessionClosedError,
+    StatusError,
+    TransportError,
+    UnauthorizedError,
+)
+from ._models import (
+    DispatchResult,
+    FailedRecipient,
+    Fallback,
+    InvalidMessage,
+    Recipient,
+    ValidMessage,
+)
+from ._retry import RetryPolicy
+from ._session import DispatchSession
+from ._version import __version__
+
+__all__ = [
+    "AuthenticationError",
+    "BatchOptions",
+    "BatchSettings",
+    "ClientStatusError",
+    "ConfigurationError",
+    "ConnectError",
+    "ConnectionLostError",
+    "DeadlineExceededError",
+    "DispatchError",
+    "DispatchResult",
+    "DispatchSession",
+    "FailedRecipient",
+    "FailedRecipientsError",
+    "Fallback",
+    "InputError",
+    "InvalidMessage",
+    "InvalidRecipientError",
+    "MalformedResponseError",
+    "MissingFromResponseError",
+    "RateLimitedError",
+    "Recipient",
+    "RedirectError",
+    "RequestTimeoutError",
+    "ResponseTooLargeError",
+    "RetryPolicy",
+    "ServerStatusError",
+    "ServiceUnavailableError",
+    "SessionClosedError",
+    "StatusError",
+    "TransportError",
+    "UnauthorizedError",
+    "ValidMessage",
+    "__version__",
+]

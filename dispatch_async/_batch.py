@@ -1,0 +1,227 @@
+"""The batcher: chunks of any input, sent concurrently, every recipient accounted for.
+
+One ``Job`` is one ``send_*`` or ``stream_*`` call. It reads the input lazily, holding
+at most ``max_concurrency`` chunks in flight and as many read ahead, so memory stays
+flat however long the input. Parts are yielded as chunks complete. When the job cannot
+go on (a rejected secret, a bad recipient in a stream) it stops reading, lets the
+requests in flight finish, accounts for what it read and raises. When the deadline
+passes it cancels what is in flight and returns what it has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from typing import Any, TypedDict
+
+import attrs
+
+from ._exceptions import (
+    AuthenticationError,
+    ConfigurationError,
+    DeadlineExceededError,
+    DispatchError,
+    InputError,
+)
+from ._models import DispatchResult, merge_results
+from ._outcomes import failed
+from ._recipients import BadChunkError, Chunk, Recipients, check_shape, chunked
+from ._screen import Screen
+
+__all__ = ["BatchOptions", "BatchSettings", "Flight", "Job", "collect"]
+
+log = logging.getLogger("dispatch_async")
+
+ProgressCallback = Callable[[int, int | None], object]
+
+
+def _positive(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{attribute.name} must be a positive integer, not {value!r}")
+
+
+def _optional_seconds(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+    ):
+        raise ConfigurationError(f"{attribute.name} must be a positive number of seconds")
+
+
+@attrs.frozen
+class BatchSettings:
+    """How a call is split and sent; every field can be overridden per call.
+
+    ``chunk_size`` 1000 and ``max_concurrency`` 8 come from benchmarks/ (see README).
+    """
+
+    chunk_size: int = attrs.field(default=1000, validator=_positive)
+    max_concurrency: int = attrs.field(default=8, validator=_positive)
+    dedupe: bool = False
+    prevalidate: bool = False
+    region: str | None = None
+    deadline: float | None = attrs.field(default=None, validator=_optional_seconds)
+    on_progress: ProgressCallback | None = None
+
+
+class BatchOptions(TypedDict, total=False):
+    """Per-call overrides of the session's BatchSettings."""
+
+    chunk_size: int
+    max_concurrency: int
+    dedupe: bool
+    prevalidate: bool
+    region: str | None
+    deadline: float | None
+    on_progress: ProgressCallback | None
+
+
+@attrs.define
+class Flight:
+    """What the batcher must know of a chunk's requests if it has to cancel them."""
+
+    in_request: bool = False
+    requests: int = 0
+    retries: int = 0
+
+
+SendChunk = Callable[[Chunk, Flight], Coroutine[Any, Any, DispatchResult]]
+
+
+class Job:
+    """One call's worth of chunks: reads, sends, and yields a result per chunk."""
+
+    def __init__(self, recipients: Recipients, settings: BatchSettings, send: SendChunk) -> None:
+        check_shape(recipients)
+        self._settings = settings
+        self._send = send
+        self._screen = Screen(
+            dedupe=settings.dedupe, prevalidate=settings.prevalidate, region=settings.region
+        )
+        self.total = len(recipients) if isinstance(recipients, Sequence) else None
+        self._sequence = isinstance(recipients, Sequence)
+        self._chunks = chunked(recipients, settings.chunk_size)
+
+    async def parts(self) -> AsyncIterator[DispatchResult]:
+        """Each chunk's result as it completes; raises (after yielding all) if the job stops."""
+        settings = self._settings
+        loop = asyncio.get_running_loop()
+        deadline_at = loop.time() + settings.deadline if settings.deadline else None
+        queued: deque[Chunk] = deque()
+        running: dict[asyncio.Task[DispatchResult], tuple[Chunk, Flight]] = {}
+        exhausted = False
+        stop: DispatchError | None = None
+        done = 0
+        try:
+            while True:
+                expired = deadline_at is not None and loop.time() >= deadline_at
+                while queued and len(running) < settings.max_concurrency and not (stop or expired):
+                    chunk = self._screen.apply(queued.popleft())
+                    flight = Flight()
+                    task = loop.create_task(self._send(chunk, flight))
+                    running[task] = (chunk, flight)
+                if not (exhausted or stop or expired) and len(queued) < settings.max_concurrency:
+                    try:
+                        chunk = await anext(self._chunks)
+                    except StopAsyncIteration:
+                        exhausted = True
+                    except BadChunkError as error:
+                        stop = error
+                        if error.before.size:
+                            queued.append(error.before)
+                    except DispatchError as error:
+                        stop = error
+                    except Exception as exc:  # the caller's iterator broke
+                        stop = InputError(f"reading the recipients failed: {exc!r}")
+                        stop.__cause__ = exc
+                    else:
+                        queued.append(chunk)
+                    continue
+                if not running:
+                    break
+                timeout = None if deadline_at is None else max(deadline_at - loop.time(), 0)
+                finished, _ = await asyncio.wait(
+                    running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not finished:
+                    for part in await self._cancel(running, "the deadline passed"):
+                        done += len(part.positions)
+                        self._progress(done)
+                        yield part
+                    continue
+                for task in finished:
+                    chunk, flight = running.pop(task)
+                    part, fatal = _outcome(task, chunk, flight)
+                    if fatal is not None and stop is None:
+                        stop = fatal
+                    done += len(part.positions)
+                    self._progress(done)
+                    yield part
+            # What was read but never sent: not sent, and why.
+            reason = stop or DeadlineExceededError("the deadline passed before this was sent")
+            leftovers = list(queued)
+            if stop is None and self._sequence:
+                # A list is known whole: account for every element, not only what was read.
+                leftovers += [c async for c in self._chunks]
+            for chunk in leftovers:
+                part = failed(chunk, reason)
+                done += len(part.positions)
+                self._progress(done)
+                yield part
+            if stop is not None:
+                raise stop
+        finally:
+            if running:
+                await self._cancel(running, "the call was cancelled")
+
+    async def _cancel(
+        self,
+        running: dict[asyncio.Task[DispatchResult], tuple[Chunk, Flight]],
+        why: str,
+    ) -> list[DispatchResult]:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        parts = []
+        for task, (chunk, flight) in running.items():
+            if not task.cancelled() and task.exception() is None:
+                parts.append(task.result())  # it finished before the cancel reached it
+                continue
+            error = DeadlineExceededError(f"{why} while this was in flight")
+            error.maybe_sent = flight.in_request
+            parts.append(failed(chunk, error, requests=flight.requests, retries=flight.retries))
+        running.clear()
+        return parts
+
+    def _progress(self, done: int) -> None:
+        callback = self._settings.on_progress
+        if callback is not None:
+            try:
+                callback(done, self.total)
+            except Exception:
+                log.exception("the progress callback failed")
+
+
+def _outcome(
+    task: asyncio.Task[DispatchResult], chunk: Chunk, flight: Flight
+) -> tuple[DispatchResult, DispatchError | None]:
+    error = task.exception()
+    if error is None:
+        return task.result(), None
+    if isinstance(error, AuthenticationError):
+        return failed(chunk, error, requests=flight.requests, retries=flight.retries), error
+    raise error  # a bug: chunk tasks turn every other failure into a result
+
+
+async def collect(job: Job) -> DispatchResult:
+    """Run a job to the end and merge its parts; an abort carries the partial result."""
+    parts: list[DispatchResult] = []
+    try:
+        async for part in job.parts():
+            parts.append(part)
+    except DispatchError as error:
+        error.result = merge_results(parts)
+        raise
+    positions = range(job.total) if job.total is not None else None
+    return merge_results(parts, positions)

@@ -1,0 +1,263 @@
+"""The one error hierarchy of dispatch-async.
+
+Every exception the SDK raises on purpose is a ``DispatchError``::
+
+    DispatchError
+    ├── InputError (also ValueError)            bad arguments, found before anything is sent
+    │   ├── InvalidRecipientError               a malformed recipient, with its position
+    │   └── ConfigurationError                  a bad base URL, setting or environment variable
+    ├── SessionClosedError (also RuntimeError)  the session is not open
+    ├── AuthenticationError                     the secret was rejected: retrying cannot help
+    ├── TransportError                          the request did not complete
+    │   ├── ConnectError                        never reached the service (maybe_sent=False)
+    │   ├── ConnectionLostError                 dropped after the request was written
+    │   ├── RequestTimeoutError (also TimeoutError)
+    │   └── ResponseTooLargeError
+    ├── StatusError                             not a 200; carries status, headers, body
+    │   ├── RedirectError                       3xx: never followed
+    │   ├── ClientStatusError                   4xx
+    │   │   ├── UnauthorizedError               401 (after the one refresh)
+    │   │   └── RateLimitedError                429
+    │   └── ServerStatusError                   5xx
+    │       └── ServiceUnavailableError         503
+    ├── MalformedResponseError                  a 200 that is not the documented shape
+    ├── MissingFromResponseError                a 200 that leaves out a recipient we sent
+    ├── DeadlineExceededError (also TimeoutError)
+    └── FailedRecipientsError                   raise_for_failures() found failed recipients
+
+Every error has ``maybe_sent``: whether the service may have acted on the request that
+failed. It decides what is safe to send again. An error that stops a ``send_*`` job part
+way (a rejected secret, a malformed recipient in a stream) carries ``result``: the
+partial result, accounting for every recipient read so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._models import DispatchResult
+
+__all__ = [
+    "AuthenticationError",
+    "ClientStatusError",
+    "ConfigurationError",
+    "ConnectError",
+    "ConnectionLostError",
+    "DeadlineExceededError",
+    "DispatchError",
+    "FailedRecipientsError",
+    "InputError",
+    "InvalidRecipientError",
+    "MalformedResponseError",
+    "MissingFromResponseError",
+    "RateLimitedError",
+    "RedirectError",
+    "RequestTimeoutError",
+    "ResponseTooLargeError",
+    "ServerStatusError",
+    "ServiceUnavailableError",
+    "SessionClosedError",
+    "StatusError",
+    "TransportError",
+    "UnauthorizedError",
+    "status_error",
+]
+
+#: How much of an error body is kept: enough to read, never a whole page.
+BODY_EXCERPT_CHARS = 500
+
+
+class DispatchError(Exception):
+    """The root of every error dispatch-async raises."""
+
+    maybe_sent: bool = False
+    result: DispatchResult | None = None
+
+    def __init__(self, message: str, *, maybe_sent: bool | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if maybe_sent is not None:
+            self.maybe_sent = maybe_sent
+
+
+class InputError(DispatchError, ValueError):
+    """An argument is wrong; nothing was sent."""
+
+
+class InvalidRecipientError(InputError, TypeError):
+    """A recipient is malformed; ``position`` is its index in the caller's input."""
+
+    def __init__(self, position: int, problem: str) -> None:
+        super().__init__(f"recipient at position {position}: {problem}")
+        self.position = position
+        self.problem = problem
+
+
+class ConfigurationError(InputError):
+    """A session setting (base URL, secret, environment variable) is unusable."""
+
+
+class SessionClosedError(DispatchError, RuntimeError):
+    """The session was used before ``async with`` / after ``close()``."""
+
+
+class AuthenticationError(DispatchError):
+    """The service refused our credentials: retrying will not help."""
+
+
+class TransportError(DispatchError):
+    """The HTTP exchange did not complete."""
+
+
+class ConnectError(TransportError):
+    """No connection was established: the service cannot have acted."""
+
+    maybe_sent = False
+
+
+class ConnectionLostError(TransportError):
+    """The connection broke after the request may have been written."""
+
+    maybe_sent = True
+
+
+class RequestTimeoutError(TransportError, TimeoutError):
+    """No complete answer in time; the request may have been acted on."""
+
+    maybe_sent = True
+
+
+class ResponseTooLargeError(TransportError):
+    """The answer was larger than the SDK is willing to read."""
+
+    maybe_sent = True
+
+
+class StatusError(DispatchError):
+    """The service answered with a status other than 200.
+
+    ``body`` is a truncated excerpt of what it said, safe to log.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        headers: Mapping[str, str] | None = None,
+        body: str = "",
+        maybe_sent: bool | None = None,
+    ) -> None:
+        super().__init__(message, maybe_sent=maybe_sent)
+        self.status = status
+        self.headers: Mapping[str, str] = dict(headers or {})
+        self.body = body
+
+
+class RedirectError(StatusError):
+    """A 3xx: the SDK never re-sends a dispatch somewhere else."""
+
+
+class ClientStatusError(StatusError):
+    """A 4xx: the service refused the request without acting on it."""
+
+
+class UnauthorizedError(ClientStatusError):
+    """A 401 that a fresh token did not cure."""
+
+
+class RateLimitedError(ClientStatusError):
+    """A 429; ``retry_after`` is the wait the service asked for, in seconds, if any."""
+
+    retry_after: float | None = None
+
+
+class ServerStatusError(StatusError):
+    """A 5xx: the service may have acted before it failed (except 503)."""
+
+    maybe_sent = True
+
+
+class ServiceUnavailableError(ServerStatusError):
+    """A 503: the service says it did not act."""
+
+    maybe_sent = False
+    retry_after: float | None = None
+
+
+class MalformedResponseError(DispatchError):
+    """A 200 whose body is not the documented shape: the service may have acted."""
+
+    maybe_sent = True
+
+
+class MissingFromResponseError(DispatchError):
+    """A 200 that does not mention a recipient we sent: it may have been acted on."""
+
+    maybe_sent = True
+
+
+class DeadlineExceededError(DispatchError, TimeoutError):
+    """The job's overall deadline passed before this recipient's request finished."""
+
+
+class FailedRecipientsError(DispatchError):
+    """``raise_for_failures()`` found recipients in ``failed``; ``result`` has them all."""
+
+    def __init__(self, result: DispatchResult) -> None:
+        failed = result.failed
+        maybe = sum(1 for f in failed if f.maybe_sent)
+        super().__init__(
+            f"{len(failed)} recipient(s) failed ({maybe} may have been sent)",
+            maybe_sent=maybe > 0,
+        )
+        self.result = result
+
+
+_STATUS_CLASSES: dict[int, type[StatusError]] = {
+    401: UnauthorizedError,
+    429: RateLimitedError,
+    503: ServiceUnavailableError,
+}
+
+
+def status_error(
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    retry_after: float | None = None,
+    secrets: tuple[str, ...] = (),
+) -> StatusError:
+    """Build the error for a non-200 answer: the one place a status becomes a class.
+
+    ``secrets`` are blanked out of the body excerpt, in case the service echoes them.
+    """
+    cls = _STATUS_CLASSES.get(status)
+    if cls is None:
+        if 300 <= status < 400:
+            cls = RedirectError
+        elif 400 <= status < 500:
+            cls = ClientStatusError
+        elif status >= 500:
+            cls = ServerStatusError
+        else:
+            cls = StatusError
+    excerpt = body[: BODY_EXCERPT_CHARS * 4].decode("utf-8", "replace")
+    for secret in secrets:
+        if secret:
+            excerpt = excerpt.replace(secret, "***")
+    excerpt = excerpt[:BODY_EXCERPT_CHARS]
+    kept = {k: v for k, v in headers.items() if k.lower() in _SAFE_HEADERS}
+    error = cls(f"the service answered HTTP {status}", status=status, headers=kept, body=excerpt)
+    if isinstance(error, RateLimitedError | ServiceUnavailableError):
+        error.retry_after = retry_after
+    return error
+
+
+# Only these answer headers are kept on errors: nothing that could carry a credential.
+_SAFE_HEADERS = frozenset(
+    {"content-type", "content-length", "retry-after", "date", "location", "x-request-id"}
+)

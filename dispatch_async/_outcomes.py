@@ -1,0 +1,191 @@
+"""Deciding what happened to each recipient of a chunk, from the answer or the error.
+
+An answer is matched back to what was sent by number. A well-behaved service echoes
+every number once, and that case is checked in bulk (C-speed list and Counter
+comparisons). Anything else goes through the careful path: numbers in another
+format (digits only), duplicates, entries missing an id, recipients the answer
+forgot (failed, maybe sent) and entries that match nothing we sent (``unexpected``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter, defaultdict, deque
+from collections.abc import Mapping
+from typing import Any
+
+from ._exceptions import DispatchError, MalformedResponseError, MissingFromResponseError
+from ._models import (
+    DispatchResult,
+    FailedRecipient,
+    invalid_messages,
+    valid_messages,
+)
+from ._recipients import Chunk, recipient_of
+
+__all__ = ["answered", "failed"]
+
+log = logging.getLogger("dispatch_async")
+
+_NOT_DIGITS = re.compile(r"\D")
+_NO_REASON = "the service gave no reason"
+
+
+def failed(
+    chunk: Chunk, error: DispatchError, *, requests: int = 0, retries: int = 0
+) -> DispatchResult:
+    """Every sendable recipient of *chunk* failed with *error*."""
+    given = chunk.given_numbers()
+    maybe_sent = error.maybe_sent
+    failures = [
+        FailedRecipient(recipient_of(m, g), error, maybe_sent)
+        for m, g in zip(chunk.messages, given, strict=True)
+    ]
+    numbers, reasons = _rejected(chunk)
+    return DispatchResult(
+        chunk.positions,
+        valid_messages([], []),
+        invalid_messages(numbers, reasons),
+        failures,
+        requests=requests,
+        retries=retries,
+    )
+
+
+def answered(chunk: Chunk, data: Any, *, requests: int = 1, retries: int = 0) -> DispatchResult:
+    """The outcome of every recipient of *chunk*, from the service's 200 answer *data*."""
+    if not isinstance(data, dict):
+        error = MalformedResponseError(f"the answer is a JSON {type(data).__name__}, not an object")
+        return failed(chunk, error, requests=requests, retries=retries)
+    valid = data.get("validMessages", [])
+    invalid = data.get("invalidMessages", [])
+    if not isinstance(valid, list) or not isinstance(invalid, list):
+        error = MalformedResponseError("validMessages and invalidMessages must be arrays")
+        return failed(chunk, error, requests=requests, retries=retries)
+    quick = _quick_match(chunk, valid, invalid)
+    if quick is not None:
+        ids, valid_numbers, invalid_numbers, reasons = quick
+        numbers, local_reasons = _rejected(chunk)
+        return DispatchResult(
+            chunk.positions,
+            valid_messages(ids, valid_numbers),
+            invalid_messages(invalid_numbers + numbers, reasons + local_reasons),
+            requests=requests,
+            retries=retries,
+        )
+    return _careful_match(chunk, valid, invalid, requests=requests, retries=retries)
+
+
+def _quick_match(
+    chunk: Chunk, valid: list[Any], invalid: list[Any]
+) -> tuple[list[str], list[str], list[str], list[str]] | None:
+    """The lists to keep if the answer names exactly the numbers sent, as sent; else None."""
+    if chunk.given is not None:
+        return None
+    try:
+        ids = [m["id"] for m in valid]
+        valid_numbers = [m["number"] for m in valid]
+        invalid_numbers = [m["number"] for m in invalid]
+        reasons = [m["reason"] for m in invalid]
+        # str.join type-checks a whole list in C: it raises unless every item is a str.
+        "".join(ids)
+        "".join(valid_numbers)
+        "".join(invalid_numbers)
+        "".join(reasons)
+    except (KeyError, TypeError):
+        return None
+    if "" in ids:
+        return None
+    sent = [m["number"] for m in chunk.messages]
+    returned = valid_numbers + invalid_numbers if invalid_numbers else valid_numbers
+    if returned != sent and (len(returned) != len(sent) or Counter(returned) != Counter(sent)):
+        return None
+    return ids, valid_numbers, invalid_numbers, reasons
+
+
+def _careful_match(
+    chunk: Chunk, valid: list[Any], invalid: list[Any], *, requests: int, retries: int
+) -> DispatchResult:
+    given = chunk.given_numbers()
+    exact: defaultdict[str, deque[int]] = defaultdict(deque)
+    digits: defaultdict[str, deque[int]] = defaultdict(deque)
+    for position, message in enumerate(chunk.messages):
+        exact[message["number"]].append(position)
+        digits[_NOT_DIGITS.sub("", message["number"])].append(position)
+    claimed: set[int] = set()
+
+    def claim(number: object) -> int | None:
+        if type(number) is not str:
+            return None
+        for table, key in ((exact, number), (digits, _NOT_DIGITS.sub("", number))):
+            queue = table.get(key)
+            while queue:
+                candidate = queue.popleft()
+                if candidate not in claimed:
+                    claimed.add(candidate)
+                    return candidate
+        return None
+
+    outcomes: dict[int, tuple[str, str]] = {}
+    broken: dict[int, DispatchError] = {}
+    unexpected: list[Mapping[str, Any]] = []
+    for entry, kind in [(e, "valid") for e in valid] + [(e, "invalid") for e in invalid]:
+        index = claim(entry.get("number")) if isinstance(entry, dict) else None
+        if index is None:
+            unexpected.append(entry if isinstance(entry, dict) else {"entry": entry})
+            continue
+        if kind == "valid":
+            message_id = entry.get("id")
+            if type(message_id) is str and message_id:
+                outcomes[index] = ("valid", message_id)
+            else:
+                broken[index] = MalformedResponseError(
+                    "the service listed this recipient as valid without a usable id"
+                )
+        else:
+            reason = entry.get("reason")
+            outcomes[index] = ("invalid", reason if type(reason) is str else _NO_REASON)
+
+    ids: list[str] = []
+    valid_numbers: list[str] = []
+    invalid_numbers: list[str] = []
+    reasons: list[str] = []
+    failures: list[FailedRecipient] = []
+    missing = MissingFromResponseError("the answer did not mention this recipient")
+    for position, message in enumerate(chunk.messages):
+        outcome = outcomes.get(position)
+        if outcome is None:
+            error = broken.get(position, missing)
+            failures.append(FailedRecipient(recipient_of(message, given[position]), error, True))
+        elif outcome[0] == "valid":
+            ids.append(outcome[1])
+            valid_numbers.append(given[position])
+        else:
+            invalid_numbers.append(given[position])
+            reasons.append(outcome[1])
+    numbers, local_reasons = _rejected(chunk)
+    if unexpected or failures:
+        log.warning(
+            "chunk at %d: the answer left %d recipient(s) unaccounted for and named %d "
+            "number(s) that were not sent",
+            chunk.start,
+            len(failures),
+            len(unexpected),
+        )
+    return DispatchResult(
+        chunk.positions,
+        valid_messages(ids, valid_numbers),
+        invalid_messages(invalid_numbers + numbers, reasons + local_reasons),
+        failures,
+        unexpected,
+        requests=requests,
+        retries=retries,
+    )
+
+
+def _rejected(chunk: Chunk) -> tuple[list[str], list[str]]:
+    if not chunk.rejected:
+        return [], []
+    numbers, reasons = zip(*chunk.rejected, strict=True)
+    return list(numbers), list(reasons)

@@ -1,0 +1,206 @@
+"""Turning what callers pass as recipients into wire messages, and chunks of them.
+
+This is the hottest code in the SDK: it runs once per recipient of a bulk job. It
+checks only what the service cannot be trusted to reject cleanly (types and shape)
+and reuses the caller's objects where it safely can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from itertools import islice
+from typing import Any, TypeAlias
+
+import attrs
+
+from ._exceptions import InputError, InvalidRecipientError
+from ._models import Recipient
+
+__all__ = [
+    "BadChunkError",
+    "Chunk",
+    "RecipientLike",
+    "Recipients",
+    "WireMessage",
+    "check_shape",
+    "chunked",
+    "recipient_of",
+    "to_wire",
+]
+
+RecipientLike: TypeAlias = "str | Recipient | Mapping[str, Any]"
+Recipients: TypeAlias = "Iterable[RecipientLike] | AsyncIterable[RecipientLike]"
+WireMessage: TypeAlias = dict[str, Any]
+
+_FIELDS = frozenset({"number", "vars"})
+
+
+@attrs.define(slots=True)
+class Chunk:
+    """A run of consecutive input positions, ready to be sent as one request.
+
+    ``given`` holds the caller's numbers when they differ from the wire ones (E.164
+    normalisation); ``rejected`` holds (number, reason) pairs refused locally.
+    """
+
+    start: int
+    size: int
+    messages: list[WireMessage]
+    given: list[str] | None = None
+    rejected: list[tuple[str, str]] = attrs.field(factory=list)
+
+    @property
+    def positions(self) -> range:
+        return range(self.start, self.start + self.size)
+
+    def given_numbers(self) -> list[str]:
+        """The caller's numbers, in the order of ``messages``."""
+        if self.given is not None:
+            return self.given
+        return [m["number"] for m in self.messages]
+
+
+def to_wire(items: Sequence[Any], start: int) -> list[WireMessage]:
+    """Check recipients and give their wire form, or raise naming the first bad position."""
+    out: list[WireMessage] = []
+    append = out.append
+    for offset, item in enumerate(items):
+        cls = type(item)
+        if cls is dict:
+            number = item.get("number")
+            values = item.get("vars")
+            if (
+                type(number) is str
+                and number
+                and (
+                    (values is None and len(item) == 1)
+                    or (type(values) is dict and len(item) == 2 and _strings_only(values))
+                )
+            ):
+                # The caller's dict is already the wire shape: send it as it is.
+                append(item if values is not None else {"number": number, "vars": {}})
+                continue
+        elif cls is str:
+            if item:
+                append({"number": item, "vars": {}})
+                continue
+        elif cls is Recipient:
+            values = item.vars
+            append(
+                {"number": item.number, "vars": values if type(values) is dict else dict(values)}
+            )
+            continue
+        append(_slow_to_wire(item, start + offset))
+    return out
+
+
+def _strings_only(values: dict[Any, Any]) -> bool:
+    for key, value in values.items():
+        if type(value) is not str or type(key) is not str:
+            return False
+    return True
+
+
+def _slow_to_wire(item: object, position: int) -> WireMessage:
+    """The careful path: other types, subclasses, and the exact complaint on error."""
+    if isinstance(item, Recipient):
+        return {"number": item.number, "vars": dict(item.vars)}
+    if isinstance(item, str):
+        if not item:
+            raise InvalidRecipientError(position, "the number is an empty string")
+        return {"number": str(item), "vars": {}}
+    if not isinstance(item, Mapping):
+        raise InvalidRecipientError(
+            position,
+            f"expected a number string, a Recipient or a mapping, not {type(item).__name__}",
+        )
+    unknown = set(item) - _FIELDS
+    if unknown:
+        raise InvalidRecipientError(
+            position,
+            f"unknown field(s) {sorted(map(str, unknown))}; a recipient has 'number' and 'vars'",
+        )
+    number = item.get("number")
+    if not isinstance(number, str) or not number:
+        raise InvalidRecipientError(
+            position, f"'number' must be a non-empty string, not {number!r}"
+        )
+    values = item.get("vars")
+    if values is None:
+        values = {}
+    if not isinstance(values, Mapping):
+        raise InvalidRecipientError(
+            position, f"'vars' must be a mapping, not {type(values).__name__}"
+        )
+    for key, value in values.items():
+        if not isinstance(key, str):
+            raise InvalidRecipientError(position, f"vars key {key!r} is not a string")
+        if not isinstance(value, str):
+            raise InvalidRecipientError(
+                position, f"vars[{key!r}] must be a string, not {type(value).__name__}"
+            )
+    return {"number": str(number), "vars": {str(k): str(v) for k, v in values.items()}}
+
+
+def recipient_of(message: WireMessage, given: str | None = None) -> Recipient:
+    """The caller-facing Recipient for a wire message (used for failures only)."""
+    return Recipient(given if given is not None else message["number"], vars=dict(message["vars"]))
+
+
+def check_shape(recipients: object) -> None:
+    """Refuse the classic mistakes of passing one recipient where a collection belongs."""
+    if isinstance(recipients, str | bytes | Mapping | Recipient):
+        kind = type(recipients).__name__
+        raise InputError(f"recipients must be a collection of recipients, not a single {kind}")
+    if not isinstance(recipients, Iterable | AsyncIterable):
+        raise InputError(f"recipients must be iterable, not {type(recipients).__name__}")
+
+
+async def chunked(recipients: Recipients, size: int) -> AsyncIterator[Chunk]:
+    """Yield chunks of at most *size* recipients, reading the input lazily.
+
+    A sequence is checked whole before the first chunk is yielded, so a bad recipient
+    anywhere in a list stops the call before anything is sent.
+    """
+    if isinstance(recipients, Sequence):
+        messages = to_wire(recipients, 0)
+        for start in range(0, len(messages), size):
+            part = messages[start : start + size]
+            yield Chunk(start, len(part), part)
+        return
+    start = 0
+    if isinstance(recipients, AsyncIterable):
+        iterator = aiter(recipients)
+        while True:
+            items = []
+            async for item in iterator:
+                items.append(item)
+                if len(items) == size:
+                    break
+            if not items:
+                return
+            yield _chunk_or_raise(items, start)
+            start += len(items)
+            if len(items) < size:
+                return
+    else:
+        sync_iterator = iter(recipients)
+        while items := list(islice(sync_iterator, size)):
+            yield _chunk_or_raise(items, start)
+            start += len(items)
+
+
+class BadChunkError(InvalidRecipientError):
+    """A bad recipient in a streamed input, with the good ones read before it."""
+
+    def __init__(self, error: InvalidRecipientError, before: Chunk) -> None:
+        super().__init__(error.position, error.problem)
+        self.before = before
+
+
+def _chunk_or_raise(items: list[Any], start: int) -> Chunk:
+    try:
+        return Chunk(start, len(items), to_wire(items, start))
+    except InvalidRecipientError as error:
+        good = items[: error.position - start]
+        raise BadChunkError(error, Chunk(start, len(good), to_wire(good, start))) from None

@@ -1,0 +1,90 @@
+"""The four dispatch endpoints and the fields each one requires (spec 4.2 to 4.5).
+
+Which fields an endpoint *refuses* is decided by the signatures of the session's
+``send_*`` methods: a field an endpoint does not take is not a parameter there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from ._exceptions import InputError
+from ._models import Fallback
+from ._wire import Envelope
+
+__all__ = ["BASIC", "SINGLE", "TEMPLATE", "WEBHOOK", "Endpoint", "envelope"]
+
+
+@attrs.frozen
+class Endpoint:
+    """A dispatch endpoint: its path and the field it cannot do without."""
+
+    name: str
+    path: str
+    requires: str
+
+
+WEBHOOK = Endpoint("webhook", "/api/v3/webhook", requires="webhook")
+TEMPLATE = Endpoint("template", "/api/v3/template", requires="template_id")
+# The spec shows no difference between basic and single: the same body to another path.
+BASIC = Endpoint("basic", "/api/v3/basic", requires="text")
+SINGLE = Endpoint("single", "/api/v3/single", requires="text")
+
+
+def envelope(
+    endpoint: Endpoint,
+    *,
+    account: str | None,
+    campaign_name: str | None = None,
+    fallback: Fallback | Iterable[Fallback] | None = None,
+    text: str | None = None,
+    callback: str | None = None,
+    template_id: str | None = None,
+    webhook: str | None = None,
+) -> Envelope:
+    """Check a dispatch's fields for *endpoint* and build its envelope; raises InputError."""
+    fields = {
+        "account": account,
+        "campaign_name": campaign_name,
+        "text": text,
+        "callback": callback,
+        "template_id": template_id,
+        "webhook": webhook,
+    }
+    if account is None:
+        raise InputError("account is required: pass account= here or to the session")
+    if fields[endpoint.requires] is None:
+        raise InputError(f"send_{endpoint.name} requires {endpoint.requires}=")
+    for name, value in fields.items():
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise InputError(f"{name} must be a non-empty string, not {value!r}")
+    return Envelope(
+        account=str(account),
+        campaign_name=campaign_name,
+        fallback=_fallbacks(fallback),
+        text=text,
+        callback=callback,
+        template_id=template_id,
+        webhook=webhook,
+    )
+
+
+def _fallbacks(fallback: Fallback | Iterable[Fallback] | None) -> tuple[Fallback, ...] | None:
+    if fallback is None:
+        return None
+    items = (fallback,) if isinstance(fallback, Fallback) else tuple(fallback)
+    for index, item in enumerate(items):
+        if not isinstance(item, Fallback):
+            raise InputError(
+                f"fallback[{index}] must be a Fallback (e.g. Fallback.sms(text)), "
+                f"not {type(item).__name__}"
+            )
+        if (
+            not isinstance(item.channel, str)
+            or not isinstance(item.content, str)
+            or not item.content
+        ):
+            raise InputError(f"fallback[{index}] needs a channel and non-empty content strings")
+    return items or None

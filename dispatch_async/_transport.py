@@ -1,0 +1,175 @@
+"""HTTP for the SDK: the one place aiohttp is called and its exceptions become ours.
+
+Nothing here knows about tokens or recipients. It refuses unsafe base URLs, never
+follows redirects, caps how much of an answer it reads, and says of every failure
+whether the request could have reached the service.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+
+import aiohttp
+import attrs
+from multidict import CIMultiDictProxy
+from yarl import URL
+
+from ._exceptions import (
+    ConfigurationError,
+    ConnectError,
+    ConnectionLostError,
+    RequestTimeoutError,
+    ResponseTooLargeError,
+    SessionClosedError,
+)
+
+__all__ = ["MAX_ANSWER_BYTES", "Answer", "Transport", "check_base_url", "has_control_characters"]
+
+#: The most of one answer the SDK reads: a dispatch answer is ~100 bytes per recipient.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+_READ_SIZE = 256 * 1024
+
+
+@attrs.frozen
+class Answer:
+    """A complete HTTP answer."""
+
+    status: int
+    headers: CIMultiDictProxy[str] = attrs.field(repr=False)
+    body: bytes = attrs.field(repr=False)
+
+
+def check_base_url(base_url: str | URL) -> URL:
+    """Parse and vet the base URL: https, or http to a loopback host; no credentials in it."""
+    try:
+        url = URL(str(base_url))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"base_url is not a URL: {exc}") from None
+    if url.scheme not in ("https", "http") or not url.host:
+        raise ConfigurationError(
+            "base_url must be an absolute http(s) URL, e.g. https://api.example.com"
+        )
+    if url.user is not None or url.password is not None:
+        raise ConfigurationError("base_url must not carry a user or password; pass client_secret")
+    if url.scheme == "http" and not _is_loopback(url.host):
+        raise ConfigurationError(
+            f"plain http is allowed only to a loopback host, not {url.host!r}: use https"
+        )
+    if url.query_string or url.fragment:
+        raise ConfigurationError("base_url must not have a query or fragment")
+    return url.with_path(url.path.rstrip("/"))
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def has_control_characters(value: str) -> bool:
+    """Whether a would-be header value could split the request (CR, LF or other controls)."""
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+
+
+class Transport:
+    """One aiohttp ClientSession (ours, or the caller's, which we then leave open)."""
+
+    def __init__(
+        self,
+        base_url: URL,
+        *,
+        timeout: aiohttp.ClientTimeout,
+        user_agent: str,
+        http_session: aiohttp.ClientSession | None = None,
+        max_connections: int = 100,
+    ) -> None:
+        self.base_url = base_url
+        self._timeout = timeout
+        self._user_agent = user_agent
+        self._session = http_session
+        self._owned = http_session is None
+        self._max_connections = max_connections
+
+    def open(self) -> None:
+        """Create our ClientSession; call inside the running loop."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._max_connections),
+                timeout=self._timeout,
+                raise_for_status=False,
+            )
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None and self._owned:
+            await session.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        data: bytes | Mapping[str, str] | None = None,
+    ) -> Answer:
+        """Send one request and read the whole answer (at most MAX_ANSWER_BYTES)."""
+        session = self._session
+        if session is None:
+            raise SessionClosedError("the session is not open")
+        url = self.base_url.with_path(self.base_url.path.rstrip("/") + path, encoded=False)
+        headers = {"User-Agent": self._user_agent, **headers}
+        try:
+            async with session.request(
+                method,
+                url,
+                data=data,
+                headers=headers,
+                allow_redirects=False,
+                timeout=self._timeout,
+            ) as response:
+                body = await _read_capped(response)
+                return Answer(response.status, response.headers, body)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            raise ConnectError(f"could not connect to {url.host}: {_safe(exc)}") from _cause(exc)
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise RequestTimeoutError(
+                f"no complete answer from {url.host} in time ({type(exc).__name__})"
+            ) from _cause(exc)
+        except aiohttp.ClientError as exc:
+            raise ConnectionLostError(
+                f"the connection to {url.host} failed after the request may have been "
+                f"sent: {_safe(exc)}"
+            ) from _cause(exc)
+
+
+async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
+    length = response.content_length
+    if length is not None and length > MAX_ANSWER_BYTES:
+        raise ResponseTooLargeError(f"the answer is {length} bytes, over {MAX_ANSWER_BYTES}")
+    if length is not None:
+        return await response.read()
+    parts: list[bytes] = []
+    size = 0
+    while part := await response.content.read(_READ_SIZE):
+        size += len(part)
+        if size > MAX_ANSWER_BYTES:
+            raise ResponseTooLargeError(f"the answer is over {MAX_ANSWER_BYTES} bytes")
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _cause(exc: BaseException) -> BaseException | None:
+    # aiohttp's ClientResponseError carries the request headers (our token) in its repr:
+    # it is never chained, only described.
+    return None if isinstance(exc, aiohttp.ClientResponseError) else exc
+
+
+def _safe(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"{type(exc).__name__} (HTTP {exc.status})"
+    text = str(exc) or type(exc).__name__
+    return text[:200]

@@ -1,0 +1,146 @@
+"""The wire format: the one cattrs converter, and JSON in and out through orjson.
+
+Request envelopes and token answers go through the converter. The per-recipient lists
+of a dispatch do not: a million recipients through generic (un)structuring costs more
+than the whole HTTP exchange, so they are plain dicts checked in bulk.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+import orjson
+from cattrs.errors import ClassValidationError
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
+from cattrs.preconf.orjson import make_converter
+
+from ._exceptions import AuthenticationError, MalformedResponseError
+from ._models import Fallback
+
+__all__ = [
+    "Envelope",
+    "TokenAnswer",
+    "decode_json",
+    "encode_dispatch",
+    "parse_token_answer",
+]
+
+_converter = make_converter()
+
+
+@attrs.frozen
+class Envelope:
+    """Everything in a dispatch request except the recipients (spec 2.1)."""
+
+    account: str
+    campaign_name: str | None = None
+    fallback: tuple[Fallback, ...] | None = None
+    text: str | None = None
+    callback: str | None = None
+    template_id: str | None = None
+    webhook: str | None = None
+
+
+@attrs.frozen
+class TokenAnswer:
+    """The token response (spec 2.6); ``expires_in`` is None when absent or 0."""
+
+    access_token: str = attrs.field(repr=False)
+    expires_in: float | None = None
+    token_type: str = "Bearer"  # noqa: S105 - a scheme name, not a secret
+
+
+def _unstructure_envelope(envelope: Envelope) -> dict[str, Any]:
+    body = _envelope_fields(envelope)
+    text = body.pop("text", None)
+    if text is not None:
+        body["content"] = {"text": {"message": text}}
+    return body
+
+
+_envelope_fields = make_dict_unstructure_fn(Envelope, _converter, _cattrs_omit_if_default=True)
+_converter.register_unstructure_hook(Envelope, _unstructure_envelope)
+
+
+def parse_expires_in(value: object, _: object = None) -> float | None:
+    """Seconds from ``"3600"``, ``3600`` or ``"3600.0"``; None for 0 or nothing.
+
+    Booleans, negatives, NaN, infinities and text are refused: a token whose lifetime we
+    cannot read must not be trusted for an invented one.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expires_in must be a number of seconds, not {type(value).__name__}")
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"expires_in is not a number: {str(value)[:40]!r}") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(
+            f"expires_in must be a finite, non-negative number, not {str(value)[:40]!r}"
+        )
+    return seconds or None
+
+
+def _strict_str(value: object, _: object) -> str:
+    if type(value) is not str:
+        raise TypeError(f"expected a string, not {type(value).__name__}")
+    return value
+
+
+_converter.register_structure_hook(str, _strict_str)
+_converter.register_structure_hook(float | None, parse_expires_in)
+_converter.register_structure_hook(
+    TokenAnswer,
+    make_dict_structure_fn(
+        TokenAnswer,
+        _converter,
+        _cattrs_forbid_extra_keys=False,
+    ),
+)
+
+
+def parse_token_answer(body: bytes) -> TokenAnswer:
+    """Read a token answer; an unreadable one is an AuthenticationError, never a guess."""
+    data = decode_json(body)
+    if not isinstance(data, dict):
+        raise AuthenticationError("the token answer is not a JSON object")
+    try:
+        answer = _converter.structure(data, TokenAnswer)
+    except (ClassValidationError, TypeError, ValueError) as exc:
+        raise AuthenticationError(f"the token answer is not usable: {_describe(exc)}") from None
+    if not answer.access_token:
+        raise AuthenticationError("the token answer has an empty access_token")
+    if answer.token_type.lower() != "bearer":
+        raise AuthenticationError(f"unsupported token_type {answer.token_type[:20]!r}")
+    return answer
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, ClassValidationError):
+        return "; ".join(
+            _describe(e) if isinstance(e, Exception) else str(e) for e in exc.exceptions
+        )
+    if isinstance(exc, KeyError):
+        return f"missing field {exc.args[0]!r}"
+    return str(exc)
+
+
+def encode_dispatch(envelope: Envelope, messages: list[dict[str, Any]]) -> bytes:
+    """The JSON body of one dispatch request."""
+    body = _converter.unstructure(envelope)
+    body["messages"] = messages
+    return orjson.dumps(body)
+
+
+def decode_json(body: bytes) -> Any:
+    """Parse JSON, turning garbage into a MalformedResponseError (the service may have acted)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise MalformedResponseError(
+            f"the answer is not JSON ({len(body)} bytes, starting {body[:40]!r})"
+        ) from None

@@ -1,0 +1,33 @@
+"""A fake dispatch service for tests, benchmarks and demos.
+
+`FakeDispatchServer` is a real HTTP server on 127.0.0.1 that follows the dispatch API
+spec (token issuance, the four dispatch endpoints, the templates listing), counts what it
+saw in `ServerStats`, and can be scripted with `Fault` values::
+
+    from dispatch_async.testing import FakeDispatchServer, Fault
+
+    async with FakeDispatchServer() as server:
+        server.script(Fault.status(503, retry_after="0"), Fault.drop())
+        ...  # point the client at server.url
+        assert not server.stats.duplicates
+
+It is an independent model of the service and shares no code with the client.
+
+With pytest-asyncio installed, the ``dispatch_server`` fixture gives a started server.
+``python -m dispatch_async.testing --port 8000`` runs one standalone (see ``--help``);
+`serve_forever` does the same from code.
+"""
+
+from ._faults import Fault, FaultKind
+from ._server import DEFAULT_TEMPLATES, FakeDispatchServer
+from ._standalone import serve_forever
+from ._stats import ServerStats
+
+__all__ = [
+    "DEFAULT_TEMPLATES",
+    "FakeDispatchServer",
+    "Fault",
+    "FaultKind",
+    "ServerStats",
+    "serve_forever",
+]

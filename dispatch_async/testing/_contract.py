@@ -1,0 +1,201 @@
+"""The dispatch contract as the simulator enforces it (spec sections 2 and 4).
+
+Which fields each dispatch endpoint takes, their types, which numbers are accepted, and
+the shape of the answer. This is the simulator's own reading of the spec, kept apart from
+the client SDK on purpose: the two must agree by both following the spec, not by sharing
+code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = [
+    "ENDPOINTS",
+    "INVALID_NUMBER_REASON",
+    "FieldError",
+    "dispatch_answer",
+    "is_valid_number",
+    "parse_dispatch",
+]
+
+ENDPOINTS: Final = ("basic", "single", "template", "webhook")
+
+INVALID_NUMBER_REASON: Final = "number must be a valid phone number"
+
+# The spec leaves "valid phone number" open; this is E.164's outline: an optional "+",
+# then 8 to 15 ASCII digits not starting with 0. `[0-9]`, not `\d`, which takes any
+# Unicode digit.
+is_valid_number: Final[Callable[[str], object]] = re.compile(r"\+?[1-9][0-9]{7,14}").fullmatch
+
+_NON_DIGITS: Final = re.compile(r"[^0-9]")
+
+_OPTIONAL_COMMON: Final = frozenset({"campaign_name", "fallback", "callback"})
+
+# Required fields are tuples so that a body missing several gets a stable answer.
+_REQUIRED: Final[dict[str, tuple[str, ...]]] = {
+    "webhook": ("account", "messages", "webhook"),
+    "template": ("account", "messages", "template_id"),
+    "basic": ("account", "content", "messages"),
+    "single": ("account", "content", "messages"),
+}
+
+_ALLOWED: Final[dict[str, frozenset[str]]] = {
+    "webhook": _OPTIONAL_COMMON | {"account", "messages", "webhook", "content", "template_id"},
+    "template": _OPTIONAL_COMMON | {"account", "messages", "template_id", "webhook"},
+    "basic": _OPTIONAL_COMMON | {"account", "content", "messages"},
+    "single": _OPTIONAL_COMMON | {"account", "content", "messages"},
+}
+
+_STRING_FIELDS: Final = ("account", "campaign_name", "callback", "template_id", "webhook")
+
+
+class FieldError(Exception):
+    """A request the service refuses as a whole (400), naming the offending field."""
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+    def to_json(self) -> dict[str, str]:
+        """The 400 body: ``{"error": code, "message": text[, "field": name]}``."""
+        body = {"error": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        return body
+
+
+def parse_dispatch(endpoint: str, body: object) -> list[str]:
+    """Check a dispatch body against ``endpoint``'s field table.
+
+    Returns:
+        The recipient numbers, in message order.
+
+    Raises:
+        FieldError: the body is not an object, has a field the endpoint does not take,
+            misses a required one, or has one of the wrong type.
+    """
+    if type(body) is not dict:
+        raise FieldError("invalid_body", "request body must be a JSON object")
+    allowed = _ALLOWED[endpoint]
+    for name in body:
+        if name not in allowed:
+            raise FieldError("unknown_field", f"{name} is not a field of {endpoint}", name)
+    for name in _REQUIRED[endpoint]:
+        if name not in body:
+            raise FieldError("missing_field", f"{name} is required", name)
+    for name in _STRING_FIELDS:
+        if name in body and type(body[name]) is not str:
+            raise _invalid(name, "must be a string")
+    if "content" in body:
+        _check_content(body["content"])
+    if "fallback" in body:
+        _check_fallback(body["fallback"])
+    return _numbers(body["messages"])
+
+
+def dispatch_answer(
+    numbers: list[str],
+    take_ids: Callable[[int], list[str]],
+    *,
+    digits_only: bool = False,
+    drop_ids: bool = False,
+) -> dict[str, list[dict[str, str]]]:
+    """The 200 body for ``numbers``: valid ones with a fresh id, the others with a reason.
+
+    Both lists keep input order. ``digits_only`` and ``drop_ids`` are the deliberate
+    distortions used by faults.
+    """
+    accepted: list[str] = []
+    rejected: list[dict[str, str]] = []
+    reject = rejected.append
+    accept = accepted.append
+    valid = is_valid_number
+    for number in numbers:
+        if valid(number):
+            accept(number)
+        else:
+            reject({"number": number, "reason": INVALID_NUMBER_REASON})
+    if digits_only:
+        strip = _NON_DIGITS.sub
+        accepted = [strip("", number) for number in accepted]
+        for item in rejected:
+            item["number"] = strip("", item["number"])
+    if drop_ids:
+        valid_messages = [{"number": number} for number in accepted]
+    else:
+        valid_messages = [
+            {"id": id_, "number": number}
+            for id_, number in zip(take_ids(len(accepted)), accepted, strict=True)
+        ]
+    return {"validMessages": valid_messages, "invalidMessages": rejected}
+
+
+def _numbers(messages: object) -> list[str]:
+    if type(messages) is not list or not messages:
+        raise _invalid("messages", "must be a non-empty array of recipient objects")
+    numbers: list[str] = []
+    append = numbers.append
+    # The one per-recipient loop of a request: exact type checks (orjson only makes
+    # plain dicts and strs) and the rare extra keys checked off the fast path.
+    for index, recipient in enumerate(messages):
+        if type(recipient) is not dict:
+            raise _invalid(f"messages[{index}]", "must be a recipient object")
+        number = recipient.get("number")
+        if type(number) is not str:
+            raise _invalid(f"messages[{index}].number", "must be a string")
+        if len(recipient) != 1:
+            # Inlined: a recipient with vars is the common bulk case.
+            vars_ = recipient.get("vars")
+            if len(recipient) != 2 or type(vars_) is not dict:
+                _check_recipient_extras(index, recipient)
+            else:
+                for value in vars_.values():
+                    if type(value) is not str:
+                        _check_recipient_extras(index, recipient)
+        append(number)
+    return numbers
+
+
+def _check_recipient_extras(index: int, recipient: dict[str, Any]) -> None:
+    for key, value in recipient.items():
+        if key == "number":
+            continue
+        if key != "vars":
+            raise FieldError(
+                "unknown_field", f"{key} is not a field of a recipient", f"messages[{index}].{key}"
+            )
+        if type(value) is not dict:
+            raise _invalid(f"messages[{index}].vars", "must be an object")
+        for name, var in value.items():
+            if type(var) is not str:
+                raise _invalid(f"messages[{index}].vars.{name}", "must be a string")
+
+
+def _check_content(content: object) -> None:
+    if type(content) is not dict or set(content) != {"text"}:
+        raise _invalid("content", 'must be {"text": {"message": <string>}}')
+    text = content["text"]
+    if type(text) is not dict or set(text) != {"message"}:
+        raise _invalid("content.text", 'must be {"message": <string>}')
+    if type(text["message"]) is not str:
+        raise _invalid("content.text.message", "must be a string")
+
+
+def _check_fallback(fallback: object) -> None:
+    if type(fallback) is not list:
+        raise _invalid("fallback", "must be an array of fallback objects")
+    for index, item in enumerate(fallback):
+        if type(item) is not dict or set(item) != {"channel", "content"}:
+            raise _invalid(f"fallback[{index}]", "must be {channel, content}")
+        for key in ("channel", "content"):
+            if type(item[key]) is not str:
+                raise _invalid(f"fallback[{index}].{key}", "must be a string")
+
+
+def _invalid(field: str, problem: str) -> FieldError:
+    return FieldError("invalid_field", f"{field} {problem}", field)

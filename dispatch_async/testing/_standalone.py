@@ -1,0 +1,129 @@
+"""Running the simulator as a process: ``python -m dispatch_async.testing`` and the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from ._server import FakeDispatchServer
+
+__all__ = ["main", "serve_forever"]
+
+
+def _announce(url: str) -> None:
+    # One flushed line: a parent process reads it to learn the port.
+    sys.stdout.write(url + "\n")
+    sys.stdout.flush()
+
+
+async def serve_forever(
+    server: FakeDispatchServer,
+    *,
+    ready: Callable[[str], None] = _announce,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Start ``server``, call ``ready(url)``, serve until SIGINT/SIGTERM (or ``stop``), close.
+
+    Args:
+        server: a server not yet started.
+        ready: told the URL once listening; by default prints it on stdout.
+        stop: set it to stop from inside the process (tests, embedding).
+    """
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    handled: list[signal.Signals] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        # Not available off the main thread or on Windows: Ctrl-C still interrupts there.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop.set)
+            handled.append(signum)
+    try:
+        async with server:
+            ready(server.url)
+            await stop.wait()
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+
+
+def _fault_rate(text: str) -> tuple[int, float]:
+    code, sep, rate = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return int(code), float(rate)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected CODE=RATE (e.g. 429=0.02), got {text!r}"
+        ) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m dispatch_async.testing",
+        description="Run the dispatch API simulator until interrupted; prints its URL.",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
+    parser.add_argument("--port", type=int, default=0, help="port, 0 for a free one")
+    parser.add_argument("--secret", default="test-secret", help="accepted client_secret")
+    parser.add_argument(
+        "--token-lifetime", type=float, default=3600.0, metavar="SECONDS", help="token lifetime"
+    )
+    parser.add_argument(
+        "--fault-rate",
+        type=_fault_rate,
+        action="append",
+        default=[],
+        metavar="CODE=RATE",
+        help="random status faults, repeatable (e.g. --fault-rate 429=0.02)",
+    )
+    parser.add_argument(
+        "--random-retry-after",
+        default="0",
+        metavar="VALUE",
+        help="Retry-After of random 429s (default: 0)",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="seed for the random faults")
+    parser.add_argument(
+        "--latency", type=float, default=0.0, metavar="SECONDS", help="delay on every dispatch"
+    )
+    parser.add_argument(
+        "--fast-ids", action="store_true", help="counter-based message ids (benchmarks)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``) and serve until SIGINT/SIGTERM."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        server = FakeDispatchServer(
+            client_secret=args.secret,
+            token_lifetime=args.token_lifetime,
+            host=args.host,
+            port=args.port,
+            latency=args.latency,
+            fault_rates=dict(args.fault_rate),
+            seed=args.seed,
+            random_retry_after=args.random_retry_after,
+            fast_ids=args.fast_ids,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    # This process only serves: parsing a large chunk allocates thousands of small dicts,
+    # and the default collector thresholds make that a third of the parse time. The
+    # payloads hold no cycles, so collecting rarely costs nothing but a little memory.
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
+    # Where signal handlers could not be installed, Ctrl-C is the way out.
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_forever(server))
+    return 0

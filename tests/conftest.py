@@ -1,0 +1,51 @@
+"""Shared fixtures: a real simulator on 127.0.0.1 and a session talking to it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aioresponses.core
+import pytest
+from aiohttp import ClientResponse
+
+import dispatch_async as da
+from dispatch_async.testing import FakeDispatchServer
+
+SECRET = "test-secret"
+
+
+class _SentWriter:
+    output_size = 0
+
+
+class _CompatibleResponse(ClientResponse):
+    # aiohttp 3.14 made ClientResponse's stream_writer required and aioresponses 0.7.9
+    # does not pass it yet (pnuckowski/aioresponses#289): give it a finished writer.
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("stream_writer", _SentWriter())
+        super().__init__(*args, **kwargs)
+
+
+aioresponses.core.ClientResponse = _CompatibleResponse  # type: ignore[misc]
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeDispatchServer]:
+    async with FakeDispatchServer(client_secret=SECRET) as fake:
+        yield fake
+
+
+@pytest.fixture
+def no_waits() -> da.RetryPolicy:
+    return da.RetryPolicy(wait=False)
+
+
+@pytest.fixture
+async def session(
+    server: FakeDispatchServer, no_waits: da.RetryPolicy
+) -> AsyncIterator[da.DispatchSession]:
+    async with da.DispatchSession(
+        server.url, client_secret=SECRET, account="acme", retry=no_waits
+    ) as s:
+        yield s

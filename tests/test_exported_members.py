@@ -1,0 +1,38 @@
+"""The public surface is exactly what __all__ says, and nothing private leaks into it."""
+
+import types
+
+import dispatch_async
+import dispatch_async.testing
+
+
+def test_all_is_sorted_and_complete() -> None:
+    names = dispatch_async.__all__
+    assert names == sorted(names)
+    public = {
+        name
+        for name, value in vars(dispatch_async).items()
+        # pytest's assertion rewriting (we ship a plugin) adds non-identifier names.
+        if name.isidentifier() and not name.startswith("_")
+        and not isinstance(value, types.ModuleType)
+    } | {"__version__"}
+    assert set(names) == public
+
+
+def test_every_exported_member_is_defined_in_a_private_module() -> None:
+    for name in dispatch_async.__all__:
+        if name == "__version__":
+            continue
+        member = getattr(dispatch_async, name)
+        assert member.__module__.startswith("dispatch_async._"), name
+
+
+def test_testing_package_exports_the_simulator() -> None:
+    assert "FakeDispatchServer" in dispatch_async.testing.__all__
+    assert dispatch_async.testing.__all__ == sorted(dispatch_async.testing.__all__)
+
+
+def test_version_comes_from_the_package_metadata() -> None:
+    from importlib.metadata import version
+
+    assert dispatch_async.__version__ == version("dispatch-async")

@@ -1,0 +1,104 @@
+"""Recipients may be strings, Recipient objects or mappings; anything else is refused by position."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import dispatch_async as da
+from dispatch_async._recipients import chunked, to_wire
+
+
+class TestAcceptedForms:
+    def test_a_string_is_a_number_without_vars(self) -> None:
+        assert to_wire(["+5511987654321"], 0) == [{"number": "+5511987654321", "vars": {}}]
+
+    def test_a_recipient_keeps_its_vars(self) -> None:
+        r = da.Recipient("+5511912345678", vars={"pixCode": "000201"})
+        assert to_wire([r], 0) == [{"number": "+5511912345678", "vars": {"pixCode": "000201"}}]
+
+    def test_a_mapping_in_wire_shape_is_sent_as_given(self) -> None:
+        item = {"number": "+5511900000001", "vars": {"name": "Ana"}}
+        assert to_wire([item], 0) == [item]
+
+    def test_a_mapping_without_vars_gets_empty_vars(self) -> None:
+        assert to_wire([{"number": "+5511900000001"}], 0) == [
+            {"number": "+5511900000001", "vars": {}}
+        ]
+
+    def test_mixed_forms_keep_their_order(self) -> None:
+        items: list[Any] = ["1", da.Recipient("2"), {"number": "3"}]
+        assert [m["number"] for m in to_wire(items, 0)] == ["1", "2", "3"]
+
+
+class TestRefusedForms:
+    @pytest.mark.parametrize(
+        ("item", "complaint"),
+        [
+            ("", "empty string"),
+            (12345678, "not int"),
+            (None, "not NoneType"),
+            ({"vars": {}}, "'number' must be a non-empty string"),
+            ({"number": 5511}, "'number' must be a non-empty string"),
+            ({"number": ""}, "'number' must be a non-empty string"),
+            ({"number": "1", "vars": {"a": 1}}, "vars['a'] must be a string, not int"),
+            ({"number": "1", "vars": {1: "a"}}, "vars key 1 is not a string"),
+            ({"number": "1", "vars": ["a"]}, "'vars' must be a mapping"),
+            ({"number": "1", "name": "Ana"}, "unknown field(s) ['name']"),
+        ],
+    )
+    def test_a_bad_recipient_is_named_by_its_position(self, item: Any, complaint: str) -> None:
+        with pytest.raises(da.InvalidRecipientError) as caught:
+            to_wire(["+5511900000001", "+5511900000002", item], 40)
+        assert caught.value.position == 42
+        assert "position 42" in str(caught.value)
+        assert complaint in str(caught.value)
+
+    def test_the_error_is_also_a_value_error_and_a_type_error(self) -> None:
+        with pytest.raises(ValueError, match="position 0"):
+            to_wire([3], 0)
+        with pytest.raises(TypeError, match="position 0"):
+            to_wire([3], 0)
+
+    def test_a_recipient_refuses_a_bad_number_when_built(self) -> None:
+        with pytest.raises(TypeError, match="non-empty string"):
+            da.Recipient("")
+        with pytest.raises(TypeError, match="strings to strings"):
+            da.Recipient("1", vars={"a": 1})  # type: ignore[dict-item]
+
+
+class TestChunking:
+    async def test_a_list_is_cut_into_chunks_of_the_given_size(self) -> None:
+        chunks = [c async for c in chunked([str(i) for i in range(25)], 10)]
+        assert [(c.start, c.size) for c in chunks] == [(0, 10), (10, 10), (20, 5)]
+
+    async def test_a_bad_recipient_anywhere_in_a_list_raises_before_the_first_chunk(
+        self,
+    ) -> None:
+        items = ["1"] * 99 + [None]
+        with pytest.raises(da.InvalidRecipientError, match="position 99"):
+            await anext(chunked(items, 10))
+
+    async def test_an_iterator_is_read_one_chunk_at_a_time(self) -> None:
+        read = []
+
+        def numbers():  # type: ignore[no-untyped-def]
+            for i in range(30):
+                read.append(i)
+                yield str(i)
+
+        chunks = chunked(numbers(), 10)
+        first = await anext(chunks)
+        assert first.size == 10
+        assert len(read) == 10
+        await chunks.aclose()
+
+    async def test_an_async_iterable_is_chunked_too(self) -> None:
+        async def numbers():  # type: ignore[no-untyped-def]
+            for i in range(12):
+                yield str(i)
+
+        chunks = [c async for c in chunked(numbers(), 5)]
+        assert [c.size for c in chunks] == [5, 5, 2]
+        assert chunks[2].messages[-1]["number"] == "11"
