@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from typing import Any, TypedDict
 
 import attrs
@@ -103,7 +103,7 @@ class Job:
         self._sequence = isinstance(recipients, Sequence)
         self._chunks = chunked(recipients, settings.chunk_size)
 
-    async def parts(self) -> AsyncIterator[DispatchResult]:
+    async def parts(self) -> AsyncGenerator[DispatchResult, None]:
         """Each chunk's result as it completes; raises (after yielding all) if the job stops."""
         settings = self._settings
         loop = asyncio.get_running_loop()

@@ -11,7 +11,7 @@ import email.utils
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -25,6 +25,10 @@ __all__ = ["RetryPolicy", "parse_retry_after", "retrying"]
 log = logging.getLogger("dispatch_async")
 
 T = TypeVar("T")
+
+
+def _statuses(values: Iterable[int]) -> frozenset[int]:
+    return frozenset(values)
 
 
 @attrs.frozen
@@ -41,7 +45,7 @@ class RetryPolicy:
     first_wait: float = attrs.field(default=0.5, validator=attrs.validators.ge(0))
     max_wait: float = attrs.field(default=30.0, validator=attrs.validators.ge(0))
     max_retry_after: float = attrs.field(default=120.0, validator=attrs.validators.ge(0))
-    statuses: frozenset[int] = attrs.field(default=frozenset({429, 503}), converter=frozenset)
+    statuses: frozenset[int] = attrs.field(default=frozenset({429, 503}), converter=_statuses)
     wait: bool = True
 
     def should_retry(self, error: BaseException) -> bool:

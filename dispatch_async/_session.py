@@ -7,7 +7,7 @@ import os
 import platform
 import time
 import warnings
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -200,7 +200,7 @@ class DispatchSession:
         webhook: str | None = None,
         account: str | None = None,
         **options: Unpack[BatchOptions],
-    ) -> AsyncIterator[DispatchResult]:
+    ) -> AsyncGenerator[DispatchResult, None]:
         """Like ``send_template``, yielding one result per chunk as chunks complete."""
         fields = self._template_fields(
             template_id, campaign_name, fallback, callback, webhook, account
@@ -232,7 +232,7 @@ class DispatchSession:
         callback: str | None = None,
         account: str | None = None,
         **options: Unpack[BatchOptions],
-    ) -> AsyncIterator[DispatchResult]:
+    ) -> AsyncGenerator[DispatchResult, None]:
         """Like ``send_basic``, yielding one result per chunk as chunks complete."""
         fields = self._text_fields(BASIC, text, campaign_name, fallback, callback, account)
         return self._job(BASIC, fields, recipients, options).parts()
@@ -262,7 +262,7 @@ class DispatchSession:
         callback: str | None = None,
         account: str | None = None,
         **options: Unpack[BatchOptions],
-    ) -> AsyncIterator[DispatchResult]:
+    ) -> AsyncGenerator[DispatchResult, None]:
         """Like ``send_single``, yielding one result per chunk as chunks complete."""
         fields = self._text_fields(SINGLE, text, campaign_name, fallback, callback, account)
         return self._job(SINGLE, fields, recipients, options).parts()
@@ -298,7 +298,7 @@ class DispatchSession:
         callback: str | None = None,
         account: str | None = None,
         **options: Unpack[BatchOptions],
-    ) -> AsyncIterator[DispatchResult]:
+    ) -> AsyncGenerator[DispatchResult, None]:
         """Like ``send_webhook``, yielding one result per chunk as chunks complete."""
         fields = self._webhook_fields(
             webhook, text, template_id, campaign_name, fallback, callback, account

@@ -1,0 +1,217 @@
+"""One measurement in a fresh interpreter: ``python benchmarks/workloads.py '<json spec>'``.
+
+The harness (run.py) starts this once per measurement and reads the one JSON line it
+prints. Recipients are made before the clock starts; CPU is this process's user+sys
+time (``getrusage``) around the client's work only, which includes opening and closing
+its HTTP session and getting the token, for the SDK and the baseline alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import resource
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import baseline
+
+import dispatch_async as da
+
+SECRET = "test-secret"
+ACCOUNT = "acme"
+TEMPLATE = "pix_reminder"
+#: Every hundredth number is one the service rejects, so both answer lists are used.
+INVALID_EVERY = 100
+
+
+def recipient(i: int) -> dict[str, Any]:
+    """The i-th benchmark recipient: a wire-shaped dict with one template variable."""
+    number = f"+0{i:012d}" if i % INVALID_EVERY == INVALID_EVERY - 1 else f"+55119{i:08d}"
+    return {"number": number, "vars": {"pixCode": f"00020126580014br.gov.bcb.pix{i:010d}"}}
+
+
+def recipients(n: int) -> list[dict[str, Any]]:
+    return [recipient(i) for i in range(n)]
+
+
+def stream(n: int) -> Iterator[dict[str, Any]]:
+    return (recipient(i) for i in range(n))
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def session(url: str, spec: dict[str, Any], **kwargs: Any) -> da.DispatchSession:
+    return da.DispatchSession(
+        url,
+        client_secret=SECRET,
+        account=ACCOUNT,
+        chunk_size=spec.get("chunk_size", 1000),
+        max_concurrency=spec.get("concurrency", 8),
+        **kwargs,
+    )
+
+
+async def send(spec: dict[str, Any]) -> dict[str, Any]:
+    """Client overhead: one aggregated send of n recipients by the SDK or the baseline."""
+    url, n = spec["url"], spec["n"]
+    items = recipients(n)
+    gc.collect()
+    cpu0, wall0 = cpu_seconds(), time.perf_counter()
+    if spec["client"] == "baseline":
+        valid, invalid = await baseline.send_all(
+            url,
+            items,
+            client_secret=SECRET,
+            account=ACCOUNT,
+            template_id=TEMPLATE,
+            chunk_size=spec.get("chunk_size", 1000),
+            concurrency=spec.get("concurrency", 8),
+        )
+        counts = (len(valid), len(invalid), 0)
+    else:
+        async with session(url, spec) as client:
+            result = await client.send_template(items, template_id=TEMPLATE)
+        counts = (len(result.valid), len(result.invalid), len(result.failed))
+    cpu1, wall1 = cpu_seconds(), time.perf_counter()
+    expected_invalid = n // INVALID_EVERY
+    if counts != (n - expected_invalid, expected_invalid, 0):
+        raise SystemExit(f"wrong outcome counts {counts} for {n} recipients")
+    return {"cpu": cpu1 - cpu0, "wall": wall1 - wall0}
+
+
+async def stream_rss(spec: dict[str, Any]) -> dict[str, Any]:
+    """Memory: stream n recipients from a generator through stream_template, drop each part."""
+    url, n = spec["url"], spec["n"]
+    gc.collect()
+    before = peak_rss_bytes()
+    seen = 0
+    cpu0, wall0 = cpu_seconds(), time.perf_counter()
+    async with session(url, spec) as client:
+        async for part in client.stream_template(stream(n), template_id=TEMPLATE):
+            seen += len(part.positions)
+    cpu1, wall1 = cpu_seconds(), time.perf_counter()
+    if seen != n:
+        raise SystemExit(f"streamed {seen} of {n} recipients")
+    return {
+        "rss_before": before,
+        "rss_peak": peak_rss_bytes(),
+        "cpu": cpu1 - cpu0,
+        "wall": wall1 - wall0,
+    }
+
+
+async def retained(spec: dict[str, Any]) -> dict[str, Any]:
+    """Memory: bytes an aggregated result keeps per recipient (tracemalloc, input deleted)."""
+    url, n = spec["url"], spec["n"]
+    gc.collect()
+    tracemalloc.start()
+    floor = tracemalloc.get_traced_memory()[0]
+    items = recipients(n)
+    if spec["client"] == "baseline":
+        kept: object = await baseline.send_all(
+            url, items, client_secret=SECRET, account=ACCOUNT, template_id=TEMPLATE
+        )
+    else:
+        async with session(url, spec) as client:
+            kept = await client.send_template(items, template_id=TEMPLATE)
+    del items
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    if kept is None:  # keeps the result alive up to here
+        raise SystemExit("no result")
+    return {"bytes": held - floor, "per_recipient": (held - floor) / n}
+
+
+class _TokenCounter:
+    """Counts, from the client's side, token requests and 401 answers (aiohttp tracing)."""
+
+    def __init__(self) -> None:
+        self.token_calls = 0
+        self.unauthorized = 0
+        self.requests = 0
+        self.config = aiohttp.TraceConfig()
+        self.config.on_request_end.append(self._ended)
+
+    async def _ended(self, _: object, __: object, params: aiohttp.TraceRequestEndParams) -> None:
+        self.requests += 1
+        if params.url.path == "/oauth/token":
+            self.token_calls += 1
+        if params.response.status == 401:
+            self.unauthorized += 1
+
+
+async def token_burst(spec: dict[str, Any]) -> dict[str, Any]:
+    """Token: k concurrent send_template calls on a fresh session; how many token requests."""
+    url, k = spec["url"], spec["sends"]
+    counter = _TokenCounter()
+    async with aiohttp.ClientSession(trace_configs=[counter.config]) as http:
+        async with session(url, spec, http_session=http) as client:
+            results = await asyncio.gather(
+                *(
+                    client.send_template([recipient(i * 10 + j) for j in range(10)], template_id=TEMPLATE)
+                    for i in range(k)
+                )
+            )
+    failed = sum(len(r.failed) for r in results)
+    return {
+        "token_calls": counter.token_calls,
+        "unauthorized": counter.unauthorized,
+        "requests": counter.requests,
+        "failed": failed,
+    }
+
+
+async def token_soak(spec: dict[str, Any]) -> dict[str, Any]:
+    """Token: send without pause for a while on one session; count token requests and 401s."""
+    url, seconds = spec["url"], spec["seconds"]
+    items = recipients(spec.get("batch", 20_000))
+    counter = _TokenCounter()
+    sent = failed = 0
+    started = time.monotonic()
+    async with aiohttp.ClientSession(trace_configs=[counter.config]) as http:
+        async with session(url, spec, http_session=http) as client:
+            while time.monotonic() - started < seconds:
+                result = await client.send_template(items, template_id=TEMPLATE)
+                sent += len(items)
+                failed += len(result.failed)
+    return {
+        "seconds": time.monotonic() - started,
+        "recipients": sent,
+        "failed": failed,
+        "token_calls": counter.token_calls,
+        "unauthorized": counter.unauthorized,
+        "requests": counter.requests,
+    }
+
+
+WORKLOADS = {
+    "send": send,
+    "stream_rss": stream_rss,
+    "retained": retained,
+    "token_burst": token_burst,
+    "token_soak": token_soak,
+}
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    out = asyncio.run(WORKLOADS[spec["kind"]](spec))
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Never run: mypy checks that the public API reads and types the way the README shows."""
+
+from __future__ import annotations
+
+import contextlib
+
+import aiohttp
+
+import dispatch_async as da
+
+
+async def quick_start(secret: str) -> None:
+    async with da.DispatchSession(
+        "https://api.example.com", client_secret=secret, account="acme"
+    ) as session:
+        result: da.DispatchResult = await session.send_template(
+            ["+5511987654321", da.Recipient("+5511912345678", vars={"pixCode": "000201"})],
+            template_id="pix_reminder",
+            fallback=[da.Fallback.sms("Seu código Pix chegou")],
+        )
+        for msg in result.valid:
+            ident: str = msg.id
+            number: str = msg.number
+            print(ident, number)
+        for rejected in result.invalid:
+            reason: str = rejected.reason
+            print(rejected.number, reason)
+        retry_these: list[da.Recipient] = [f.recipient for f in result.failed if not f.maybe_sent]
+        print(retry_these, result.summary(), result.counts["valid"])
+        result.raise_for_failures()
+        templates: object = await session.list_templates()
+        print(templates)
+
+
+async def bulk(rows: list[dict[str, object]]) -> None:
+    async with da.DispatchSession.from_env(chunk_size=1000, max_concurrency=8) as session:
+        async with contextlib.aclosing(
+            session.stream_basic(rows, text="Olá", deadline=60.0)
+        ) as parts:
+            async for part in parts:
+                covered: range = part.positions
+                print(covered.start, len(part.valid))
+        await session.send_webhook(
+            ["+5511987654321"],
+            webhook="https://hooks.example.com",
+            on_progress=lambda done, total: print(done, total),
+            retry_policy_is_not_an_option=True,  # type: ignore[call-arg]
+        )
+
+
+async def shared_http(http: aiohttp.ClientSession) -> None:
+    policy = da.RetryPolicy(attempts=3, statuses=frozenset({429, 503, 500}))
+    async with da.DispatchSession(
+        "https://api.example.com",
+        client_secret="s",
+        http_session=http,
+        retry=policy,
+        timeout=aiohttp.ClientTimeout(total=10),
+        requests_per_second=50,
+    ) as session:
+        try:
+            await session.send_single(["+5511987654321"], text="x", account="other")
+        except da.AuthenticationError as error:
+            partial: da.DispatchResult | None = error.result
+            print(partial)
+        except da.DispatchError as error:
+            print(error.maybe_sent)
