@@ -110,7 +110,8 @@ class TestSecretsNeverShow:
         mocked.post(TOKEN_URL, status=401, body=f"invalid_client {SECRET}")
         with pytest.raises(da.AuthenticationError) as caught:
             await session.send_template(["+5511987654321"], template_id="t")
-        assert SECRET not in repr(caught.value) and SECRET not in str(caught.value)
+        assert SECRET not in repr(caught.value)
+        assert SECRET not in str(caught.value)
         chained = caught.value.__cause__
         while chained is not None:
             assert SECRET not in repr(chained)
@@ -137,7 +138,9 @@ class TestBaseUrl:
         with pytest.raises(da.ConfigurationError):
             da.DispatchSession(url, client_secret=SECRET)
 
-    @pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://localhost:1", "http://[::1]:80"])
+    @pytest.mark.parametrize(
+        "url", ["http://127.0.0.1:8000", "http://localhost:1", "http://[::1]:80"]
+    )
     def test_plain_http_is_allowed_to_loopback(self, url: str) -> None:
         assert da.DispatchSession(url, client_secret=SECRET).base_url.scheme == "http"
 

@@ -84,8 +84,8 @@ class TestOpenAndClose:
                 await session._transport.close()  # release sockets; the state stays open
                 await session._tokens.close()
 
+        asyncio.run(leak())
         with pytest.warns(ResourceWarning, match="unclosed <DispatchSession"):
-            asyncio.run(leak())
             gc.collect()
 
 

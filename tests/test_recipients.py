@@ -1,4 +1,4 @@
-"""Recipients may be strings, Recipient objects or mappings; anything else is refused by position."""
+"""Recipients are strings, Recipient objects or mappings; anything else is refused by position."""
 
 from __future__ import annotations
 

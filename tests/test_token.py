@@ -44,9 +44,7 @@ class TestSingleFlight:
 
 
 class TestRefreshAhead:
-    async def test_refreshes_the_token_before_it_expires(
-        self, server: FakeDispatchServer
-    ) -> None:
+    async def test_refreshes_the_token_before_it_expires(self, server: FakeDispatchServer) -> None:
         server.token_lifetime = 1.0
         async with session_for(server) as session:
             await session.send_template([NUMBER], template_id="t")
@@ -112,7 +110,8 @@ class TestUnauthorized:
         await session.send_template([NUMBER], template_id="t")
         server.script(Fault.revoke_token())
         result = await session.send_template(["+5511900000001"], template_id="t")
-        assert result.ok and len(result.valid) == 1
+        assert result.ok
+        assert len(result.valid) == 1
         assert result.requests == 2
         assert server.stats.token_calls == 2
         assert server.stats.received["+5511900000001"] == 1
@@ -142,9 +141,7 @@ class TestRejectedSecret:
     async def test_a_rejected_secret_raises_at_once_without_retries(
         self, server: FakeDispatchServer
     ) -> None:
-        async with da.DispatchSession(
-            server.url, client_secret="wrong", account="acme"
-        ) as session:
+        async with da.DispatchSession(server.url, client_secret="wrong", account="acme") as session:
             with pytest.raises(da.AuthenticationError, match="rejected the client secret"):
                 await asyncio.gather(
                     *(session.send_template([NUMBER], template_id="t") for _ in range(100))
@@ -171,12 +168,20 @@ class TestSecrecy:
         server.token_lifetime = 1.0
         async with session_for(server) as session:
             await session.send_template([NUMBER, "bad"], template_id="t")
-            server.script(Fault.revoke_token(), Fault.status(500), Fault.status(429, retry_after="0"))
+            server.script(
+                Fault.revoke_token(), Fault.status(500), Fault.status(429, retry_after="0")
+            )
             result = await session.send_template([NUMBER], template_id="t")
             await server.wait_until(lambda: server.stats.token_calls >= 3, timeout=3.0)
             tokens = list(server._tokens._deadlines)
             shown = "\n".join(
-                [repr(session), repr(result), str(result.failed), caplog.text, repr(session._tokens)]
+                [
+                    repr(session),
+                    repr(result),
+                    str(result.failed),
+                    caplog.text,
+                    repr(session._tokens),
+                ]
             )
         assert SECRET not in shown
         assert "Bearer" not in caplog.text

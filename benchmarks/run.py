@@ -1,0 +1,600 @@
+"""The benchmark harness: SDK against a hand-written aiohttp client, side by side.
+
+``python benchmarks/run.py`` (or ``nox -s bench``) starts the simulator in its own
+process, runs every measurement in a fresh interpreter (benchmarks/workloads.py),
+interleaving SDK and baseline repetitions, then prints one table and writes it as JSON
+to benchmarks/results/. ``--quick`` is a smoke run with small inputs (seconds, not
+minutes) whose figures are not comparable to the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+WORKLOADS = HERE / "workloads.py"
+STATS_SERVER = HERE / "stats_server.py"
+RESULTS = HERE / "results"
+MB = 1024 * 1024
+CLOCK_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass
+class Plan:
+    """How much to measure; the defaults fit the whole run in about seven minutes."""
+
+    sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)
+    reps: dict[int, int] = field(
+        default_factory=lambda: {10_000: 9, 100_000: 7, 1_000_000: 5}
+    )
+    grid_n: int = 200_000
+    grid_reps: int = 2
+    chunk_sizes: tuple[int, ...] = (100, 500, 1000, 5000)
+    concurrencies: tuple[int, ...] = (1, 4, 8, 32)
+    stream_n: int = 1_000_000
+    stream_reps: int = 3
+    retained_n: int = 1_000_000
+    server_n: int = 1_000_000
+    burst_sends: int = 1000
+    soak_seconds: float = 60.0
+    soak_lifetime: float = 5.0
+    import_reps: int = 9
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(
+            sizes=(2_000, 10_000, 50_000),
+            reps={2_000: 3, 10_000: 3, 50_000: 3},
+            grid_n=20_000,
+            grid_reps=1,
+            stream_n=50_000,
+            stream_reps=1,
+            retained_n=50_000,
+            server_n=50_000,
+            burst_sends=200,
+            soak_seconds=8.0,
+            soak_lifetime=2.0,
+            import_reps=3,
+        )
+
+
+# -- processes -----------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[str]
+
+    def cpu_seconds(self) -> float:
+        """The server process's user+sys CPU so far (Linux /proc; 0.0 elsewhere)."""
+        try:
+            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        except OSError:
+            return 0.0
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
+
+
+@contextlib.contextmanager
+def server(command: list[str], stats: dict[str, Any] | None = None) -> Iterator[Server]:
+    """Start a simulator process, yield it once it printed its URL, SIGTERM it at the end.
+
+    With *stats*, the JSON line the process prints on exit is stored into it.
+    """
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter and scripts
+        command, stdout=subprocess.PIPE, text=True, cwd=HERE.parent
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        if not url.startswith("http"):
+            raise SystemExit(f"the simulator did not start: {command}")
+        yield Server(url, process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            out, _ = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, _ = process.communicate()
+        if stats is not None and out.strip():
+            stats.update(json.loads(out.strip().splitlines()[-1]))
+
+
+def simulator(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "dispatch_async.testing", "--port", "0", "--fast-ids", *extra]
+
+
+def child(spec: dict[str, Any], srv: Server | None = None) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter; adds the server's CPU for it."""
+    before = srv.cpu_seconds() if srv else 0.0
+    done = subprocess.run(  # noqa: S603 - our own interpreter and scripts
+        [sys.executable, str(WORKLOADS), json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        cwd=HERE.parent,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode:
+        raise SystemExit(f"measurement {spec} failed:\n{done.stderr}")
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if srv is not None:
+        out["server_cpu"] = srv.cpu_seconds() - before
+    return out
+
+
+def import_seconds(module: str) -> float:
+    code = (
+        "import time; t = time.perf_counter(); "
+        f"import {module}; print(time.perf_counter() - t)"
+    )
+    done = subprocess.run(  # noqa: S603 - our own interpreter
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    return float(done.stdout)
+
+
+# -- statistics ----------------------------------------------------------------------
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def interleaved(
+    reps: int, measure: Callable[[str], dict[str, Any]]
+) -> dict[str, list[dict[str, Any]]]:
+    """A B A B ...: drift on a shared machine hits both sides alike."""
+    runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "sdk": []}
+    for _ in range(reps):
+        for client in ("baseline", "sdk"):
+            runs[client].append(measure(client))
+    return runs
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]], n: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"n": n, "reps": len(runs["sdk"])}
+    for client, items in runs.items():
+        out[client] = {
+            "cpu_per_100k": spread([r["cpu"] / n * 100_000 for r in items]),
+            "throughput": spread([n / r["wall"] for r in items]),
+            "server_busy": spread([r["server_cpu"] / r["wall"] for r in items]),
+            "server_cpu_per_100k": spread([r["server_cpu"] / n * 100_000 for r in items]),
+            "raw": items,
+        }
+    pairs = list(zip(runs["sdk"], runs["baseline"], strict=True))
+    out["cpu_ratio"] = statistics.median(r["cpu"] for r in runs["sdk"]) / statistics.median(
+        r["cpu"] for r in runs["baseline"]
+    )
+    out["cpu_ratio_pairs"] = spread([s["cpu"] / b["cpu"] for s, b in pairs])
+    out["throughput_ratio"] = statistics.median(r["wall"] for r in runs["baseline"]) / (
+        statistics.median(r["wall"] for r in runs["sdk"])
+    )
+    out["throughput_ratio_pairs"] = spread([b["wall"] / s["wall"] for s, b in pairs])
+    return out
+
+
+# -- the phases ----------------------------------------------------------------------
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def phase_overhead(plan: Plan, srv: Server) -> dict[str, Any]:
+    out = {}
+    for n in plan.sizes:
+        log(f"client overhead and scaling: {n:,} recipients x {plan.reps[n]} interleaved pairs")
+        runs = interleaved(
+            plan.reps[n],
+            lambda client, n=n: child({"kind": "send", "url": srv.url, "n": n, "client": client}, srv),
+        )
+        out[str(n)] = summarise(runs, n)
+    return out
+
+
+def phase_server(plan: Plan, srv: Server) -> dict[str, Any]:
+    log(f"server on its own: baseline client, concurrency 32, {plan.server_n:,} recipients")
+    n = plan.server_n
+    runs = [
+        child(
+            {"kind": "send", "url": srv.url, "n": n, "client": "baseline", "concurrency": 32},
+            srv,
+        )
+        for _ in range(2)
+    ]
+    return {
+        "n": n,
+        "throughput": spread([n / r["wall"] for r in runs]),
+        "server_cpu_per_100k": spread([r["server_cpu"] / n * 100_000 for r in runs]),
+        "capacity": spread([n / r["server_cpu"] for r in runs if r["server_cpu"] > 0] or [0.0]),
+        "server_busy": spread([r["server_cpu"] / r["wall"] for r in runs]),
+    }
+
+
+def phase_grid(plan: Plan, srv: Server) -> dict[str, Any]:
+    n = plan.grid_n
+    cells = len(plan.chunk_sizes) * len(plan.concurrencies)
+    log(f"chunk size x concurrency: {cells} cells x {plan.grid_reps} reps, {n:,} recipients")
+    cells_out = []
+    for rep in range(plan.grid_reps):
+        # Alternate the order so that drift does not favour one corner of the grid.
+        order = [(c, k) for c in plan.chunk_sizes for k in plan.concurrencies]
+        for chunk_size, concurrency in order if rep % 2 == 0 else reversed(order):
+            r = child(
+                {
+                    "kind": "send",
+                    "url": srv.url,
+                    "n": n,
+                    "client": "sdk",
+                    "chunk_size": chunk_size,
+                    "concurrency": concurrency,
+                },
+                srv,
+            )
+            cells_out.append({"chunk_size": chunk_size, "concurrency": concurrency, **r})
+    grid = {}
+    for chunk_size in plan.chunk_sizes:
+        for concurrency in plan.concurrencies:
+            runs = [
+                c
+                for c in cells_out
+                if c["chunk_size"] == chunk_size and c["concurrency"] == concurrency
+            ]
+            grid[f"{chunk_size}x{concurrency}"] = {
+                "chunk_size": chunk_size,
+                "concurrency": concurrency,
+                "throughput": spread([n / r["wall"] for r in runs]),
+                "cpu_per_100k": spread([r["cpu"] / n * 100_000 for r in runs]),
+            }
+    return {"n": n, "reps": plan.grid_reps, "cells": grid}
+
+
+def phase_memory(plan: Plan, srv: Server) -> dict[str, Any]:
+    log(f"memory: streaming {plan.stream_n:,} x {plan.stream_reps}, retained {plan.retained_n:,}")
+    streams = [
+        child({"kind": "stream_rss", "url": srv.url, "n": plan.stream_n}, srv)
+        for _ in range(plan.stream_reps)
+    ]
+    kept = {
+        client: child(
+            {"kind": "retained", "url": srv.url, "n": plan.retained_n, "client": client}, srv
+        )
+        for client in ("sdk", "baseline")
+    }
+    return {
+        "stream_n": plan.stream_n,
+        "stream_rise_mb": spread([(r["rss_peak"] - r["rss_before"]) / MB for r in streams]),
+        "stream_before_mb": spread([r["rss_before"] / MB for r in streams]),
+        "stream_peak_mb": spread([r["rss_peak"] / MB for r in streams]),
+        "stream_throughput": spread([plan.stream_n / r["wall"] for r in streams]),
+        "retained_n": plan.retained_n,
+        "retained_per_recipient": {c: r["per_recipient"] for c, r in kept.items()},
+    }
+
+
+def phase_tokens(plan: Plan) -> dict[str, Any]:
+    log(f"tokens: {plan.burst_sends} concurrent sends on a fresh session")
+    burst_server: dict[str, Any] = {}
+    with server([sys.executable, str(STATS_SERVER)], burst_server) as srv:
+        burst = child({"kind": "token_burst", "url": srv.url, "sends": plan.burst_sends})
+    log(
+        f"tokens: sending for {plan.soak_seconds:.0f}s with a {plan.soak_lifetime:g}s "
+        "token lifetime"
+    )
+    soak_server: dict[str, Any] = {}
+    lifetime = ["--token-lifetime", str(plan.soak_lifetime)]
+    with server([sys.executable, str(STATS_SERVER), *lifetime], soak_server) as srv:
+        soak = child({"kind": "token_soak", "url": srv.url, "seconds": plan.soak_seconds})
+    return {
+        "burst": {"sends": plan.burst_sends, "client": burst, "server": burst_server},
+        "soak": {
+            "seconds": plan.soak_seconds,
+            "lifetime": plan.soak_lifetime,
+            # Refreshed at 75-80% of the lifetime, plus the first fetch.
+            "expected_calls": 1 + int(plan.soak_seconds / (plan.soak_lifetime * 0.75)),
+            "client": soak,
+            "server": soak_server,
+        },
+    }
+
+
+def phase_startup(plan: Plan) -> dict[str, Any]:
+    log(f"start-up: import times x {plan.import_reps} interleaved")
+    times: dict[str, list[float]] = {"aiohttp": [], "dispatch_async": []}
+    for _ in range(plan.import_reps):
+        for module in times:
+            times[module].append(import_seconds(module))
+    return {
+        module: spread(values) for module, values in times.items()
+    } | {
+        "ratio": statistics.median(times["dispatch_async"]) / statistics.median(times["aiohttp"])
+    }
+
+
+# -- the table -----------------------------------------------------------------------
+
+
+def fmt_spread(s: dict[str, float], unit: str = "", digits: int = 3, scale: float = 1.0) -> str:
+    m, lo, hi = s["median"] * scale, s["min"] * scale, s["max"] * scale
+    if digits == 0:
+        return f"{m:,.0f}{unit} ({lo:,.0f}-{hi:,.0f})"
+    return f"{m:.{digits}f}{unit} ({lo:.{digits}f}-{hi:.{digits}f})"
+
+
+def verdict(ok: bool) -> str:
+    return "pass" if ok else "MISS"
+
+
+def table(results: dict[str, Any]) -> list[list[str]]:
+    """[figure, value, target, pass/miss] rows."""
+    rows: list[list[str]] = []
+    overhead = results["overhead"]
+    for n in (100_000, 1_000_000):
+        o = overhead.get(str(n))
+        if o is None:
+            continue
+        label = f"{n // 1000}k" if n < 1_000_000 else "1M"
+        rows.append([f"{label}: client CPU s/100k, SDK", fmt_spread(o["sdk"]["cpu_per_100k"]), "", ""])
+        rows.append(
+            [f"{label}: client CPU s/100k, baseline", fmt_spread(o["baseline"]["cpu_per_100k"]), "", ""]
+        )
+        rows.append(
+            [
+                f"{label}: CPU ratio SDK/baseline",
+                f"{o['cpu_ratio']:.2f}x (pairs {fmt_spread(o['cpu_ratio_pairs'], digits=2)[5:].strip()})",
+                "<= 1.25x",
+                verdict(o["cpu_ratio"] <= 1.25),
+            ]
+        )
+        rows.append([f"{label}: throughput/s, SDK", fmt_spread(o["sdk"]["throughput"], digits=0), "", ""])
+        rows.append(
+            [f"{label}: throughput/s, baseline", fmt_spread(o["baseline"]["throughput"], digits=0), "", ""]
+        )
+        rows.append(
+            [
+                f"{label}: throughput ratio SDK/baseline",
+                f"{o['throughput_ratio']:.2f}x (pairs "
+                f"{fmt_spread(o['throughput_ratio_pairs'], digits=2)[5:].strip()})",
+                ">= 0.95x",
+                verdict(o["throughput_ratio"] >= 0.95),
+            ]
+        )
+        rows.append(
+            [
+                f"{label}: server busy during runs (SDK / baseline)",
+                f"{o['sdk']['server_busy']['median']:.0%} / {o['baseline']['server_busy']['median']:.0%}",
+                "info",
+                "",
+            ]
+        )
+    s = results.get("server")
+    if s:
+        rows.append(
+            [
+                "server alone: CPU s/100k (capacity/s on one core)",
+                f"{s['server_cpu_per_100k']['median']:.3f} ({s['capacity']['median']:,.0f}/s)",
+                "info",
+                "",
+            ]
+        )
+        rows.append(
+            [
+                "server alone: raw client at concurrency 32, /s",
+                fmt_spread(s["throughput"], digits=0),
+                "info",
+                "",
+            ]
+        )
+    per = {
+        n: o["sdk"]["cpu_per_100k"]["median"] / 100_000 * 1e6 for n, o in overhead.items()
+    }
+    if per:
+        flat = max(per.values()) / min(per.values()) - 1
+        shown = ", ".join(f"{int(n):,}: {v:.2f}" for n, v in per.items())
+        rows.append(["SDK CPU us/recipient by size", shown, "", ""])
+        base = ", ".join(
+            f"{int(n):,}: {o['baseline']['cpu_per_100k']['median'] / 100_000 * 1e6:.2f}"
+            for n, o in overhead.items()
+        )
+        rows.append(["baseline CPU us/recipient by size", base, "info", ""])
+        rows.append(["SDK CPU/recipient spread (max/min - 1)", f"{flat:.1%}", "<= 15%", verdict(flat <= 0.15)])
+    g = results.get("grid")
+    if g:
+        cells = g["cells"]
+        best = max(cells.values(), key=lambda c: c["throughput"]["median"])
+        default = cells.get("1000x8")
+        rows.append(
+            [
+                "grid: best chunk_size x concurrency",
+                f"{best['chunk_size']}x{best['concurrency']}: {best['throughput']['median']:,.0f}/s",
+                "info",
+                "",
+            ]
+        )
+        if default:
+            share = default["throughput"]["median"] / best["throughput"]["median"]
+            rows.append(
+                [
+                    "grid: default 1000x8 vs best",
+                    f"{default['throughput']['median']:,.0f}/s ({share:.0%} of best)",
+                    "info",
+                    "",
+                ]
+            )
+    m = results.get("memory")
+    if m:
+        rows.append(
+            [
+                f"stream {m['stream_n']:,}: peak RSS rise MB",
+                fmt_spread(m["stream_rise_mb"], " MB", 1),
+                "<= 64 MB",
+                verdict(m["stream_rise_mb"]["max"] <= 64),
+            ]
+        )
+        kept = m["retained_per_recipient"]
+        rows.append(
+            [
+                f"aggregated {m['retained_n']:,}: retained B/recipient, SDK",
+                f"{kept['sdk']:.0f}",
+                "<= 300",
+                verdict(kept["sdk"] <= 300),
+            ]
+        )
+        rows.append(
+            [
+                "  same, baseline (two lists of answer dicts)",
+                f"{kept['baseline']:.0f}",
+                "info",
+                "",
+            ]
+        )
+    t = results.get("tokens")
+    if t:
+        b = t["burst"]
+        calls = b["server"].get("token_calls", b["client"]["token_calls"])
+        rows.append(
+            [
+                f"token calls, {b['sends']:,} concurrent sends (server/client count)",
+                f"{calls} / {b['client']['token_calls']}",
+                "== 1",
+                verdict(calls == 1 and b["client"]["token_calls"] == 1),
+            ]
+        )
+        s_ = t["soak"]
+        srv = s_["server"]
+        rows.append(
+            [
+                f"token calls, {s_['seconds']:.0f}s at {s_['lifetime']:g}s lifetime",
+                f"{srv.get('token_calls', s_['client']['token_calls'])} "
+                f"(expected ~{s_['expected_calls']}; {s_['client']['recipients']:,} sent)",
+                "info",
+                "",
+            ]
+        )
+        expired = srv.get("expired_token_uses", 0)
+        refused = srv.get("unauthorized", s_["client"]["unauthorized"])
+        rows.append(
+            [
+                "  expired tokens used / 401s / failed",
+                f"{expired} / {refused} / {s_['client']['failed']}",
+                "0 / 0 / 0",
+                verdict(expired == 0 and refused == 0 and s_["client"]["failed"] == 0),
+            ]
+        )
+    st = results.get("startup")
+    if st:
+        rows.append(
+            [
+                "import ms: dispatch_async / aiohttp",
+                f"{st['dispatch_async']['median'] * 1000:.0f} / {st['aiohttp']['median'] * 1000:.0f}",
+                "",
+                "",
+            ]
+        )
+        rows.append(["import ratio", f"{st['ratio']:.2f}x", "<= 1.5x", verdict(st["ratio"] <= 1.5)])
+    return rows
+
+
+def render(rows: list[list[str]]) -> str:
+    header = ["figure", "value: median (min-max)", "target", "result"]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    line = "-+-".join("-" * w for w in widths)
+    out = [" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)), line]
+    out += [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+def render_grid(grid: dict[str, Any]) -> str:
+    cells = grid["cells"]
+    chunks = sorted({c["chunk_size"] for c in cells.values()})
+    conc = sorted({c["concurrency"] for c in cells.values()})
+    head = "chunk \\ concurrency".ljust(20) + "".join(f"{k:>18}" for k in conc)
+    lines = [f"SDK throughput, recipients/s ({grid['n']:,} recipients, median of {grid['reps']})", head]
+    for c in chunks:
+        row = f"{c:<20}"
+        for k in conc:
+            cell = cells[f"{c}x{k}"]
+            row += f"{cell['throughput']['median']:>12,.0f} ({cell['cpu_per_100k']['median']:.2f})"
+        lines.append(row)
+    lines.append("(in brackets: client CPU s per 100k recipients)")
+    return "\n".join(lines)
+
+
+# -- main ----------------------------------------------------------------------------
+
+PHASES = ("overhead", "server", "grid", "memory", "tokens", "startup")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small smoke run (seconds)")
+    parser.add_argument(
+        "--only", action="append", choices=PHASES, help="run only these phases (repeatable)"
+    )
+    parser.add_argument("--soak-seconds", type=float, help="length of the token-lifetime run")
+    parser.add_argument("--output", type=Path, help="JSON path (default: benchmarks/results/)")
+    args = parser.parse_args(argv)
+    plan = Plan.quick() if args.quick else Plan()
+    if args.soak_seconds is not None:
+        plan.soak_seconds = args.soak_seconds
+    phases = args.only or list(PHASES)
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "quick": args.quick,
+        "settings": {"chunk_size": 1000, "concurrency": 8, "endpoint": "/api/v3/template"},
+    }
+    with server(simulator()) as srv:
+        results["server_url"] = srv.url
+        if "overhead" in phases:
+            results["overhead"] = phase_overhead(plan, srv)
+        if "server" in phases:
+            results["server"] = phase_server(plan, srv)
+        if "grid" in phases:
+            results["grid"] = phase_grid(plan, srv)
+        if "memory" in phases:
+            results["memory"] = phase_memory(plan, srv)
+    if "tokens" in phases:
+        results["tokens"] = phase_tokens(plan)
+    if "startup" in phases:
+        results["startup"] = phase_startup(plan)
+    results.setdefault("overhead", {})
+    results["elapsed_seconds"] = time.monotonic() - started
+    rows = table(results)
+    results["table"] = rows
+    print(render(rows))
+    if "grid" in results:
+        print()
+        print(render_grid(results["grid"]))
+    print(f"\n{results['elapsed_seconds']:.0f}s in all" + (" (--quick: not comparable)" if args.quick else ""))
+    output = args.output
+    if output is None:
+        RESULTS.mkdir(exist_ok=True)
+        output = RESULTS / time.strftime("bench-%Y%m%d-%H%M%S.json")
+    output.write_text(json.dumps(results, indent=2))
+    print(f"written to {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
