@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import attrs
 
@@ -110,6 +110,9 @@ class Job:
         deadline_at = loop.time() + settings.deadline if settings.deadline else None
         queued: deque[Chunk] = deque()
         running: dict[asyncio.Task[DispatchResult], tuple[Chunk, Flight]] = {}
+        # The next chunk is read in a task of its own, raced against the requests, so a
+        # slow source never keeps a free slot idle or a finished part from the caller.
+        reading: asyncio.Task[Chunk | None] | None = None
         exhausted = False
         stop: DispatchError | None = None
         done = 0
@@ -121,38 +124,50 @@ class Job:
                     flight = Flight()
                     task = loop.create_task(self._send(chunk, flight))
                     running[task] = (chunk, flight)
-                if not (exhausted or stop or expired) and len(queued) < settings.max_concurrency:
-                    try:
-                        chunk = await anext(self._chunks)
-                    except StopAsyncIteration:
-                        exhausted = True
-                    except BadChunkError as error:
-                        stop = error
-                        if error.before.size:
-                            queued.append(error.before)
-                    except DispatchError as error:
-                        stop = error
-                    except Exception as exc:  # the caller's iterator broke
-                        stop = InputError(f"reading the recipients failed: {exc!r}")
-                        stop.__cause__ = exc
-                    else:
-                        queued.append(chunk)
-                    continue
-                if not running:
+                may_read = not (reading or exhausted or stop or expired)
+                if may_read and len(queued) < settings.max_concurrency:
+                    reading = loop.create_task(anext(self._chunks, None))
+                waiting: set[asyncio.Future[Any]] = set(running)
+                if reading is not None:
+                    waiting.add(reading)
+                if not waiting:
                     break
                 timeout = None if deadline_at is None else max(deadline_at - loop.time(), 0)
                 finished, _ = await asyncio.wait(
-                    running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                    waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
-                if not finished:
+                if not finished:  # the deadline
+                    if reading is not None:
+                        await _cancelled(reading)
+                        reading = None
                     for part in await self._cancel(running, "the deadline passed"):
                         done += len(part.positions)
                         self._progress(done)
                         yield part
                     continue
-                for task in finished:
-                    chunk, flight = running.pop(task)
-                    part, fatal = _outcome(task, chunk, flight)
+                if reading in finished:
+                    finished.discard(reading)
+                    try:
+                        chunk_read = reading.result()
+                    except BadChunkError as error:
+                        stop = stop or error
+                        if error.before.size:
+                            queued.append(error.before)
+                    except DispatchError as error:
+                        stop = stop or error
+                    except Exception as exc:  # the caller's iterator broke
+                        stop = stop or InputError(f"reading the recipients failed: {exc!r}")
+                        stop.__cause__ = stop.__cause__ or exc
+                    else:
+                        if chunk_read is None:
+                            exhausted = True
+                        else:
+                            queued.append(chunk_read)
+                    reading = None
+                for future in finished:
+                    sent = cast("asyncio.Task[DispatchResult]", future)
+                    chunk, flight = running.pop(sent)
+                    part, fatal = _outcome(sent, chunk, flight)
                     if fatal is not None and stop is None:
                         stop = fatal
                     done += len(part.positions)
@@ -161,8 +176,9 @@ class Job:
             # What was read but never sent: not sent, and why.
             reason = stop or DeadlineExceededError("the deadline passed before this was sent")
             leftovers = list(queued)
-            if stop is None and self._sequence:
-                # A list is known whole: account for every element, not only what was read.
+            if self._sequence:
+                # A list is known whole (and already checked): account for every element,
+                # after a deadline or an abort alike, so callers can retry from the result.
                 leftovers += [c async for c in self._chunks]
             for chunk in leftovers:
                 part = failed(chunk, reason)
@@ -172,14 +188,20 @@ class Job:
             if stop is not None:
                 raise stop
         finally:
+            if reading is not None:
+                await _cancelled(reading)
             if running:
                 await self._cancel(running, "the call was cancelled")
+            # Closed here, not left to the loop's finalizer, which would start a task for it.
+            await self._chunks.aclose()
 
     async def _cancel(
         self,
         running: dict[asyncio.Task[DispatchResult], tuple[Chunk, Flight]],
         why: str,
     ) -> list[DispatchResult]:
+        # Read before cancelling: the request's own cleanup clears in_request as it unwinds.
+        in_request = {task: flight.in_request for task, (_, flight) in running.items()}
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
@@ -189,7 +211,7 @@ class Job:
                 parts.append(task.result())  # it finished before the cancel reached it
                 continue
             error = DeadlineExceededError(f"{why} while this was in flight")
-            error.maybe_sent = flight.in_request
+            error.maybe_sent = in_request[task]
             parts.append(failed(chunk, error, requests=flight.requests, retries=flight.retries))
         running.clear()
         return parts
@@ -201,6 +223,11 @@ class Job:
                 callback(done, self.total)
             except Exception:
                 log.exception("the progress callback failed")
+
+
+async def _cancelled(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _outcome(

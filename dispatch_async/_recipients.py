@@ -7,7 +7,7 @@ and reuses the caller's objects where it safely can.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping, Sequence
 from itertools import islice
 from typing import Any, TypeAlias
 
@@ -156,7 +156,7 @@ def check_shape(recipients: object) -> None:
         raise InputError(f"recipients must be iterable, not {type(recipients).__name__}")
 
 
-async def chunked(recipients: Recipients, size: int) -> AsyncIterator[Chunk]:
+async def chunked(recipients: Recipients, size: int) -> AsyncGenerator[Chunk, None]:
     """Yield chunks of at most *size* recipients, reading the input lazily.
 
     A sequence is checked whole before the first chunk is yielded, so a bad recipient

@@ -103,6 +103,11 @@ async def retrying(
         if on_retry is not None:
             on_retry(error, wait)
 
+    # backoff picks its asyncio loop only for a coroutine *function*: handed a lambda that
+    # returns a coroutine, it would use the sync loop, which never sees the exception.
+    async def attempt_once() -> T:
+        return await attempt()
+
     decorated = backoff.on_exception(
         _waits,
         DispatchError,
@@ -113,7 +118,7 @@ async def retrying(
         on_backoff=notify,
         logger=None,
         policy=policy,
-    )(attempt)
+    )(attempt_once)
     result: T = await decorated()
     return result
 

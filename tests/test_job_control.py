@@ -1,0 +1,385 @@
+"""Jobs that cannot go on, run out of time, or are cancelled: nothing lost, nothing left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
+from typing import Any
+
+import pytest
+
+import dispatch_async as da
+from dispatch_async.testing import FakeDispatchServer, Fault
+
+TEMPLATE = {"template_id": "pix_reminder"}
+
+
+def numbers(count: int, start: int = 0) -> list[str]:
+    return [f"+55119{i:08d}" for i in range(start, start + count)]
+
+
+def session_for(server: FakeDispatchServer, **settings: Any) -> da.DispatchSession:
+    settings.setdefault("retry", da.RetryPolicy(wait=False))
+    return da.DispatchSession(
+        server.url, client_secret=server.client_secret, account="acme", **settings
+    )
+
+
+def client_tasks() -> set[asyncio.Task[Any]]:
+    """Every task except the simulator's connection handlers (aiohttp's RequestHandler),
+    which live as long as the connections the client keeps alive."""
+    return {
+        task
+        for task in asyncio.all_tasks()
+        if not getattr(task.get_coro(), "__qualname__", "").startswith("RequestHandler.")
+    }
+
+
+async def one_loop_turn() -> None:
+    """Let callbacks already queued run: an abandoned async generator's finalizer starts
+    its closing task one turn after the call that dropped it has returned."""
+    await asyncio.sleep(0)
+
+
+class Rows:
+    """A generator input that counts how much of it the batcher has read."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+        self.read = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self.items:
+            self.read += 1
+            yield item
+
+    async def aiter(self) -> AsyncIterator[Any]:
+        for item in self:
+            yield item
+
+
+async def drain(stream: AsyncIterator[da.DispatchResult], *, into: list[da.DispatchResult]) -> None:
+    """Collect a stream's parts into *into*, so they are kept when it raises."""
+    async for part in stream:
+        into.append(part)
+
+
+def accounted(result: da.DispatchResult) -> list[str]:
+    """Every caller number the result mentions, bucket by bucket."""
+    return (
+        [v.number for v in result.valid]
+        + [i.number for i in result.invalid]
+        + [f.recipient.number for f in result.failed]
+    )
+
+
+class TestTheSecretIsRejectedMidJob:
+    @staticmethod
+    def reject_the_secret_after(server: FakeDispatchServer, recipients: int) -> Any:
+        """A progress callback that rotates the secret and kills every token once
+        *recipients* are done: every later request gets 401, and so does the refresh."""
+
+        def progress(done: int, total: int | None) -> None:
+            if done >= recipients and server.client_secret != "rotated":
+                server.client_secret = "rotated"
+                server.expire_tokens()
+
+        return progress
+
+    async def test_send_raises_and_its_result_accounts_for_every_recipient_read(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        rows = Rows(numbers(100))
+        with pytest.raises(da.AuthenticationError) as caught:
+            await session.send_template(
+                iter(rows),
+                **TEMPLATE,
+                chunk_size=10,
+                max_concurrency=1,
+                on_progress=self.reject_the_secret_after(server, 30),
+            )
+        result = caught.value.result
+        assert result is not None
+        assert rows.read < 100  # it stopped reading
+        assert result.positions == range(rows.read)
+        assert accounted(result) == rows.items[: rows.read]
+        assert [v.number for v in result.valid] == rows.items[:30]
+        assert all(f.maybe_sent is False for f in result.failed)
+        assert server.stats.received == Counter(rows.items[:30])
+        assert server.stats.expired_token_uses >= 1
+
+    async def test_with_chunks_in_flight_nothing_the_service_accepted_is_lost(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        rows = Rows(numbers(200))
+        with pytest.raises(da.AuthenticationError) as caught:
+            await session.send_template(
+                iter(rows),
+                **TEMPLATE,
+                chunk_size=10,
+                max_concurrency=4,
+                on_progress=self.reject_the_secret_after(server, 10),
+            )
+        result = caught.value.result
+        assert result is not None
+        assert sorted(accounted(result)) == sorted(rows.items[: rows.read])
+        assert Counter(v.number for v in result.valid) == server.stats.received
+        assert all(not f.maybe_sent for f in result.failed)
+        assert result.failed  # the job did stop part way
+
+    async def test_a_stream_yields_every_completed_part_before_raising(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        rows = Rows(numbers(100))
+        parts: list[da.DispatchResult] = []
+        stream = session.stream_template(
+            iter(rows),
+            **TEMPLATE,
+            chunk_size=10,
+            max_concurrency=2,
+            on_progress=self.reject_the_secret_after(server, 20),
+        )
+        with pytest.raises(da.AuthenticationError):
+            await drain(stream, into=parts)
+        covered = sorted(i for p in parts for i in p.positions)
+        assert covered == list(range(rows.read))
+        assert Counter(v.number for p in parts for v in p.valid) == server.stats.received
+
+    async def test_the_session_works_again_once_the_secret_is_right(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        secret = server.client_secret
+        with pytest.raises(da.AuthenticationError):
+            await session.send_template(
+                iter(numbers(30)),
+                **TEMPLATE,
+                chunk_size=10,
+                max_concurrency=1,
+                on_progress=self.reject_the_secret_after(server, 10),
+            )
+        server.client_secret = secret
+        result = await session.send_template(numbers(5), **TEMPLATE)
+        assert len(result.valid) == 5
+
+    async def test_a_list_has_every_recipient_accounted_for(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = numbers(100)
+        with pytest.raises(da.AuthenticationError) as caught:
+            await session.send_template(
+                given,
+                **TEMPLATE,
+                chunk_size=10,
+                max_concurrency=1,
+                on_progress=self.reject_the_secret_after(server, 30),
+            )
+        result = caught.value.result
+        assert result is not None
+        # A list is read whole before anything is sent: so the caller can retry from it.
+        assert result.positions == range(100)
+        assert accounted(result) == given
+        assert [f.recipient.number for f in result.failed if not f.maybe_sent] == given[30:]
+
+
+class TestAMalformedRecipientInAnIterator:
+    @pytest.mark.parametrize("asynchronous", [False, True], ids=["generator", "async generator"])
+    async def test_send_raises_before_the_chunk_holding_it_is_sent(
+        self, server: FakeDispatchServer, session: da.DispatchSession, asynchronous: bool
+    ) -> None:
+        items: list[Any] = numbers(40)
+        items[25] = 5511900000025  # an int, not a number string
+        rows = Rows(items)
+        with pytest.raises(da.InvalidRecipientError) as caught:
+            await session.send_template(
+                rows.aiter() if asynchronous else iter(rows), **TEMPLATE, chunk_size=10
+            )
+        error = caught.value
+        assert error.position == 25
+        assert error.result is not None
+        assert error.result.positions == range(25)
+        assert [v.number for v in error.result.valid] == items[:20]
+        assert [(f.recipient.number, f.maybe_sent) for f in error.result.failed] == [
+            (n, False) for n in items[20:25]
+        ]
+        assert server.stats.received == Counter(items[:20])
+
+    async def test_a_stream_yields_the_completed_parts_then_raises(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        items: list[Any] = numbers(40)
+        items[25] = {"number": items[25], "name": "Ana"}
+        parts: list[da.DispatchResult] = []
+        stream = session.stream_template(iter(items), **TEMPLATE, chunk_size=10)
+        with pytest.raises(da.InvalidRecipientError, match="position 25"):
+            await drain(stream, into=parts)
+        assert sorted(i for p in parts for i in p.positions) == list(range(25))
+        assert sum(len(p.valid) for p in parts) == 20
+
+    async def test_a_bad_recipient_anywhere_in_a_list_stops_the_call_before_anything_is_sent(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        items: list[Any] = [*numbers(2500), None]
+        with pytest.raises(da.InvalidRecipientError, match="position 2500"):
+            await session.send_template(items, **TEMPLATE, chunk_size=10)
+        assert server.stats.requests == 0
+
+    async def test_an_iterator_that_breaks_stops_the_job_with_its_error_as_the_cause(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        def rows() -> Iterator[str]:
+            yield from numbers(15)
+            raise OSError("the disk went away")
+
+        with pytest.raises(da.InputError, match="reading the recipients failed") as caught:
+            await session.send_template(rows(), **TEMPLATE, chunk_size=10)
+        assert isinstance(caught.value.__cause__, OSError)
+        assert caught.value.result is not None
+        assert len(caught.value.result.valid) == 10
+        assert server.stats.recipients_received == 10
+
+
+class TestTheDeadline:
+    async def test_it_returns_with_in_flight_chunks_maybe_sent_and_unsent_ones_not(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = numbers(50)
+        server.script_for(given[0], Fault.hang())
+        server.script_for(given[10], Fault.hang())
+        started = time.monotonic()
+        result = await session.send_template(
+            given, **TEMPLATE, chunk_size=10, max_concurrency=2, deadline=0.2
+        )
+        assert time.monotonic() - started < 1.0
+        assert result.positions == range(50)
+        assert [f.recipient.number for f in result.failed] == given
+        assert all(isinstance(f.error, da.DeadlineExceededError) for f in result.failed)
+        assert [f.maybe_sent for f in result.failed] == [True] * 20 + [False] * 30
+        assert server.stats.received == Counter(given[:20])
+        await server.wait_until(lambda: server.in_flight == 0)  # the hung requests were cut
+
+    async def test_chunks_that_finished_before_it_keep_their_results(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = numbers(50)
+        server.script_for(given[0], Fault.hang())
+        result = await session.send_template(
+            given, **TEMPLATE, chunk_size=10, max_concurrency=2, deadline=0.2
+        )
+        assert [v.number for v in result.valid] == given[10:]
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [
+            (n, True) for n in given[:10]
+        ]
+
+    async def test_a_chunk_waiting_out_a_retry_after_when_it_passes_was_not_sent(
+        self, server: FakeDispatchServer
+    ) -> None:
+        async with session_for(server, retry=da.RetryPolicy()) as session:
+            given = numbers(5)
+            server.script_for(given[0], Fault.status(429, retry_after="5"))
+            started = time.monotonic()
+            result = await session.send_template(given, **TEMPLATE, deadline=0.2)
+        assert time.monotonic() - started < 1.0
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [
+            (n, False) for n in given
+        ]
+        assert not server.stats.received
+
+    async def test_with_an_iterator_every_recipient_read_is_accounted_for(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        rows = Rows(numbers(1000))
+        server.script_for(rows.items[0], Fault.hang())
+        server.script_for(rows.items[10], Fault.hang())
+        result = await session.send_template(
+            iter(rows), **TEMPLATE, chunk_size=10, max_concurrency=2, deadline=0.2
+        )
+        assert rows.read < 1000
+        assert result.positions == range(rows.read)
+        assert accounted(result) == rows.items[: rows.read]
+        assert result.counts["maybe_sent"] == 20
+
+
+class TestCancellation:
+    async def test_a_timeout_around_send_stops_it_promptly_and_leaves_nothing_behind(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = numbers(50)
+        server.script_for(given[0], Fault.hang())
+        server.script_for(given[10], Fault.hang())
+        before = client_tasks()
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await session.send_template(given, **TEMPLATE, chunk_size=10, max_concurrency=2)
+        assert time.monotonic() - started < 0.7
+        await one_loop_turn()
+        assert client_tasks() == before
+        await server.wait_until(lambda: server.in_flight == 0)  # its connections were closed
+        assert client_tasks() == before
+        assert server.stats.received == Counter(given[:20])  # nothing new was started
+        again = await session.send_template(given[20:], **TEMPLATE)
+        assert len(again.valid) == 30
+
+    async def test_cancelling_the_task_propagates_cancelled_error_promptly(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = numbers(50)
+        server.script_for(given[0], Fault.hang())
+        server.script_for(given[10], Fault.hang())
+        before = client_tasks()
+        job = asyncio.create_task(
+            session.send_template(iter(given), **TEMPLATE, chunk_size=10, max_concurrency=2)
+        )
+        await server.wait_until(lambda: server.in_flight == 2)
+        started = time.monotonic()
+        job.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+        assert time.monotonic() - started < 0.5
+        await one_loop_turn()
+        assert client_tasks() == before
+        await server.wait_until(lambda: server.in_flight == 0)
+        assert client_tasks() == before
+        assert server.stats.received == Counter(given[:20])
+        assert len((await session.send_template(given[20:], **TEMPLATE)).valid) == 30
+
+    async def test_cancelling_while_a_chunk_waits_out_a_retry_after_is_prompt(
+        self, server: FakeDispatchServer
+    ) -> None:
+        async with session_for(server, retry=da.RetryPolicy()) as session:
+            given = numbers(5)
+            server.script_for(given[0], Fault.status(429, retry_after="30"))
+            before = client_tasks()
+            job = asyncio.create_task(session.send_template(given, **TEMPLATE))
+            await server.wait_until(lambda: server.stats.status_counts[429] == 1)
+            started = time.monotonic()
+            job.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await job
+            assert time.monotonic() - started < 0.5
+            await one_loop_turn()
+            assert client_tasks() == before
+            assert not server.stats.received
+
+    async def test_breaking_out_of_a_stream_cancels_the_rest_and_leaves_nothing_behind(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = numbers(50)
+        server.script_for(given[10], Fault.hang())
+        server.script_for(given[20], Fault.hang())
+        before = client_tasks()
+        stream = session.stream_template(given, **TEMPLATE, chunk_size=10, max_concurrency=3)
+        async with aclosing(stream) as parts:
+            async for part in parts:
+                first = part
+                break
+        assert [v.number for v in first.valid] == given[:10]
+        await one_loop_turn()
+        assert client_tasks() == before
+        await server.wait_until(lambda: server.in_flight == 0)
+        assert client_tasks() == before
+        assert server.stats.received == Counter(given[:30])  # nothing after the break
+        assert len((await session.send_template(given[30:], **TEMPLATE)).valid) == 20

@@ -1,0 +1,432 @@
+"""What happened to each recipient: the fault of one chunk lands on that chunk alone.
+
+Every test sends a few chunks, scripts a fault on one of them (``script_for`` its first
+number) and checks that exactly that chunk's recipients end where the outcome model says,
+with the right ``maybe_sent``, that the other chunks are untouched, and that nothing the
+service may have acted on was sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import dispatch_async as da
+from dispatch_async.testing import FakeDispatchServer, Fault
+
+TEMPLATE = {"template_id": "pix_reminder"}
+CHUNK = 5
+
+
+def numbers(count: int, start: int = 0) -> list[str]:
+    return [f"+55119{i:08d}" for i in range(start, start + count)]
+
+
+def session_for(server: FakeDispatchServer, **settings: Any) -> da.DispatchSession:
+    settings.setdefault("retry", da.RetryPolicy(wait=False))
+    return da.DispatchSession(
+        server.url, client_secret=server.client_secret, account="acme", **settings
+    )
+
+
+def chunks(given: list[str]) -> list[list[str]]:
+    return [given[i : i + CHUNK] for i in range(0, len(given), CHUNK)]
+
+
+async def send_with_fault_on_second_chunk(
+    server: FakeDispatchServer, session: da.DispatchSession, *faults: Fault
+) -> tuple[da.DispatchResult, list[str], list[str]]:
+    """Send three chunks with *faults* scripted on the middle one; (result, hit, others)."""
+    given = numbers(3 * CHUNK)
+    first, hit, last = chunks(given)
+    server.script_for(hit[0], *faults)
+    result = await session.send_template(given, **TEMPLATE, chunk_size=CHUNK)
+    assert server.pending_faults == 0, "the script did not play out"
+    return result, hit, first + last
+
+
+NOT_SENT: dict[str, tuple[Callable[[], list[Fault]], type[da.DispatchError]]] = {
+    "400": (lambda: [Fault.status(400)], da.ClientStatusError),
+    "404": (lambda: [Fault.status(404)], da.ClientStatusError),
+    "409": (lambda: [Fault.status(409)], da.ClientStatusError),
+    "422": (lambda: [Fault.status(422)], da.ClientStatusError),
+    "429 until retries run out": (
+        lambda: [Fault.status(429, retry_after="0")] * 5,
+        da.RateLimitedError,
+    ),
+    "503 until retries run out": (lambda: [Fault.status(503)] * 5, da.ServiceUnavailableError),
+    "401 after the one refresh": (
+        lambda: [Fault.status(401), Fault.status(401)],
+        da.UnauthorizedError,
+    ),
+}
+
+MAYBE_SENT: dict[str, tuple[Callable[[], Fault], type[da.DispatchError]]] = {
+    "500": (lambda: Fault.status(500), da.ServerStatusError),
+    "502": (lambda: Fault.status(502), da.ServerStatusError),
+    "504": (lambda: Fault.status(504), da.ServerStatusError),
+    "dropped after sending": (Fault.drop, da.ConnectionLostError),
+    "a 200 that is not JSON": (Fault.not_json, da.MalformedResponseError),
+    "a 200 with valid entries missing ids": (Fault.wrong_shape, da.MalformedResponseError),
+    "a 200 that is a JSON list": (
+        lambda: Fault.wrong_shape(body=[1, 2]),
+        da.MalformedResponseError,
+    ),
+    "a 200 whose lists are not arrays": (
+        lambda: Fault.wrong_shape(body={"validMessages": {}, "invalidMessages": []}),
+        da.MalformedResponseError,
+    ),
+}
+
+
+class TestTheServiceCertainlyDidNotAct:
+    @pytest.mark.parametrize("case", NOT_SENT.values(), ids=NOT_SENT.keys())
+    async def test_a_refusal_marks_its_chunk_not_sent_and_leaves_the_others_alone(
+        self,
+        server: FakeDispatchServer,
+        session: da.DispatchSession,
+        case: tuple[Callable[[], list[Fault]], type[da.DispatchError]],
+    ) -> None:
+        faults, error_type = case
+        result, hit, others = await send_with_fault_on_second_chunk(server, session, *faults())
+        assert [f.recipient.number for f in result.failed] == hit
+        assert all(f.maybe_sent is False for f in result.failed)
+        assert all(type(f.error) is error_type for f in result.failed)
+        assert [v.number for v in result.valid] == others
+        assert not any(server.stats.received[n] for n in hit)
+
+    async def test_retries_are_bounded_by_the_attempts_of_the_policy(
+        self, server: FakeDispatchServer
+    ) -> None:
+        async with session_for(server, retry=da.RetryPolicy(wait=False, attempts=3)) as session:
+            given = numbers(CHUNK)
+            server.script_for(given[0], *[Fault.status(503)] * 10)
+            result = await session.send_template(given, **TEMPLATE)
+        assert server.stats.status_counts[503] == 3
+        assert (result.requests, result.retries) == (3, 2)
+        assert result.counts["not_sent"] == CHUNK
+
+    async def test_retries_are_bounded_by_the_total_time_of_the_policy(
+        self, server: FakeDispatchServer
+    ) -> None:
+        policy = da.RetryPolicy(attempts=1000, max_time=0.3, first_wait=0.05, max_wait=0.05)
+        async with session_for(server, retry=policy) as session:
+            given = numbers(CHUNK)
+            server.script_for(given[0], *[Fault.status(503)] * 1000)
+            started = time.monotonic()
+            result = await session.send_template(given, **TEMPLATE)
+            elapsed = time.monotonic() - started
+        assert result.counts["not_sent"] == CHUNK
+        assert elapsed < 1.0
+        assert 1 < server.stats.status_counts[503] < 1000
+
+    async def test_a_connection_never_made_is_retried_then_not_sent(
+        self, server: FakeDispatchServer
+    ) -> None:
+        async with session_for(server, retry=da.RetryPolicy(wait=False, attempts=3)) as session:
+            await session.send_template(numbers(1), **TEMPLATE)  # holds a token now
+            await server.close()
+            result = await session.send_template(numbers(CHUNK), **TEMPLATE)
+        assert [type(f.error) for f in result.failed] == [da.ConnectError] * CHUNK
+        assert result.counts["not_sent"] == CHUNK
+        assert (result.requests, result.retries) == (3, 2)
+
+
+class TestTheServiceMayHaveActed:
+    @pytest.mark.parametrize("case", MAYBE_SENT.values(), ids=MAYBE_SENT.keys())
+    async def test_a_fault_marks_its_chunk_maybe_sent_and_is_never_sent_again(
+        self,
+        server: FakeDispatchServer,
+        session: da.DispatchSession,
+        case: tuple[Callable[[], Fault], type[da.DispatchError]],
+    ) -> None:
+        fault, error_type = case
+        result, hit, others = await send_with_fault_on_second_chunk(server, session, fault())
+        assert [f.recipient.number for f in result.failed] == hit
+        assert all(f.maybe_sent is True for f in result.failed)
+        assert all(type(f.error) is error_type for f in result.failed)
+        assert [v.number for v in result.valid] == others
+        assert result.requests == 3
+        assert all(server.stats.received[n] == 1 for n in hit)
+        assert not server.stats.duplicates
+
+    async def test_a_connection_closed_before_the_service_acted_is_still_maybe_sent(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        # The client cannot tell this from a drop after acting: the request was written.
+        result, hit, others = await send_with_fault_on_second_chunk(
+            server, session, Fault.drop_before()
+        )
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [
+            (n, True) for n in hit
+        ]
+        assert [v.number for v in result.valid] == others
+        assert result.requests == 3  # not re-sent
+
+    async def test_a_read_timeout_after_sending_is_maybe_sent(
+        self, server: FakeDispatchServer
+    ) -> None:
+        async with session_for(server, timeout=0.3) as session:
+            result, hit, others = await send_with_fault_on_second_chunk(
+                server, session, Fault.hang()
+            )
+        assert [type(f.error) for f in result.failed] == [da.RequestTimeoutError] * CHUNK
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [
+            (n, True) for n in hit
+        ]
+        assert [v.number for v in result.valid] == others
+        assert result.requests == 3
+
+    async def test_recipients_a_200_leaves_out_are_maybe_sent_and_the_rest_valid(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        result, hit, others = await send_with_fault_on_second_chunk(server, session, Fault.omit(2))
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [
+            (hit[3], True),
+            (hit[4], True),
+        ]
+        assert all(isinstance(f.error, da.MissingFromResponseError) for f in result.failed)
+        assert sorted(v.number for v in result.valid) == sorted(others + hit[:3])
+        assert not server.stats.duplicates
+
+    async def test_missing_ids_fail_the_valid_entries_but_keep_the_service_rejections(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = [*numbers(2), "123"]
+        server.script(Fault.wrong_shape())
+        result = await session.send_template(given, **TEMPLATE)
+        assert [f.recipient.number for f in result.failed] == given[:2]
+        assert [i.number for i in result.invalid] == ["123"]
+
+    async def test_a_500_is_re_sent_only_when_the_policy_opts_in(
+        self, server: FakeDispatchServer
+    ) -> None:
+        policy = da.RetryPolicy(wait=False, statuses={429, 503, 500})
+        async with session_for(server, retry=policy) as session:
+            given = numbers(CHUNK)
+            server.script_for(given[0], Fault.status(500))
+            result = await session.send_template(given, **TEMPLATE)
+        assert len(result.valid) == CHUNK
+        assert result.retries == 1
+        # The price of opting in: the service acted on the first attempt too.
+        assert server.stats.duplicates == Counter(dict.fromkeys(given, 2))
+
+
+class TestRetriesOfWhatWasNotActedOn:
+    @pytest.mark.parametrize(
+        "fault",
+        [Fault.status(429, retry_after="0"), Fault.status(503), Fault.revoke_token()],
+        ids=["429", "503", "401"],
+    )
+    async def test_a_chunk_refused_once_is_sent_again_and_succeeds(
+        self, server: FakeDispatchServer, session: da.DispatchSession, fault: Fault
+    ) -> None:
+        result, hit, others = await send_with_fault_on_second_chunk(server, session, fault)
+        assert sorted(v.number for v in result.valid) == sorted(others + hit)
+        assert result.ok
+        # One re-send of the refused chunk; after a revoked token, others may need one too.
+        assert result.requests == server.stats.requests == 4 + server.stats.revoked_token_uses
+        assert not server.stats.duplicates
+
+    async def test_a_401_fetches_one_new_token_and_re_sends_once(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        result, _, _ = await send_with_fault_on_second_chunk(server, session, Fault.revoke_token())
+        assert server.stats.token_calls == 2  # shared by every chunk that was refused
+        assert result.retries == 0  # the refresh is not a retry of the policy
+
+    async def test_a_429_storm_on_every_chunk_ends_with_everything_sent_once(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = numbers(8 * CHUNK)
+        server.script(*[Fault.status(429, retry_after="0")] * 16)
+        result = await session.send_template(given, **TEMPLATE, chunk_size=CHUNK)
+        assert [v.number for v in result.valid] == given
+        assert server.stats.status_counts[429] == 16
+        assert result.retries == 16
+        assert server.stats.received == Counter(given)
+
+    async def test_one_429_with_retry_after_pauses_every_worker_of_the_session(
+        self, server: FakeDispatchServer
+    ) -> None:
+        retry_after = 0.3
+        async with session_for(server, retry=da.RetryPolicy(), chunk_size=1) as session:
+            await session.send_template(numbers(1, start=99), **TEMPLATE)  # token in hand
+            server.reset_stats()
+            a, b, c, d = numbers(4)
+            server.script_for(a, Fault.status(429, retry_after=str(retry_after)))
+            server.script_for(b, Fault.delay(0.05))  # b's worker is free well before the end
+
+            arrivals: list[float] = []
+            told_at: list[float] = []
+            answered_b: list[float] = []
+
+            def observe() -> bool:
+                now, stats = time.monotonic(), server.stats
+                arrivals.extend([now] * (stats.requests - len(arrivals)))
+                if stats.status_counts[429] and not told_at:
+                    told_at.append(now)
+                if stats.status_counts[200] and not answered_b:
+                    answered_b.append(now)
+                return stats.status_counts[200] == 4
+
+            result, _ = await asyncio.gather(
+                session.send_template([a, b, c, d], **TEMPLATE, max_concurrency=2),
+                server.wait_until(observe),
+            )
+        assert [v.number for v in result.valid] == [a, b, c, d]
+        assert server.stats.status_counts[429] == 1
+        assert answered_b[0] - told_at[0] < retry_after / 2
+        # a's retry, c and d: every request after the 429 waited out the Retry-After.
+        later = arrivals[2:]
+        assert len(later) == 3
+        assert min(later) - told_at[0] >= retry_after - 0.01
+
+    async def test_a_retry_after_in_http_date_form_is_honoured(
+        self, server: FakeDispatchServer
+    ) -> None:
+        async with session_for(server, retry=da.RetryPolicy(first_wait=0)) as session:
+            given = numbers(1)
+            server.script_for(
+                given[0], Fault.status(429, retry_after="Wed, 21 Oct 2015 07:28:00 GMT")
+            )
+            result = await session.send_template(given, **TEMPLATE)
+        assert result.ok  # a date in the past: retry at once
+        assert result.retries == 1
+
+
+class TestReconciliation:
+    async def test_digits_only_numbers_are_matched_back_to_the_callers_numbers(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = [*numbers(3), "+55 11 9000-0000x"]  # the last one the service rejects
+        server.script(Fault.digits_only())
+        result = await session.send_template(given, **TEMPLATE)
+        assert [v.number for v in result.valid] == given[:3]
+        assert [i.number for i in result.invalid] == given[3:]
+        assert not result.failed
+        assert not result.unexpected
+
+    async def test_digits_only_on_one_chunk_leaves_the_others_alone(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        result, hit, others = await send_with_fault_on_second_chunk(
+            server, session, Fault.digits_only()
+        )
+        assert sorted(v.number for v in result.valid) == sorted(others + hit)
+        assert result.ok
+        assert not result.unexpected
+
+    async def test_a_number_twice_in_one_chunk_is_counted_twice(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        a, b = numbers(2)
+        result = await session.send_template([a, b, a], **TEMPLATE)
+        assert [v.number for v in result.valid] == [a, b, a]
+        assert len({v.id for v in result.valid}) == 3
+        assert server.stats.received == Counter({a: 2, b: 1})
+
+    async def test_a_number_twice_in_one_chunk_is_counted_twice_in_digits_only_answers(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        a, b = numbers(2)
+        server.script(Fault.digits_only())
+        result = await session.send_template([a, b, a], **TEMPLATE)
+        assert sorted(v.number for v in result.valid) == sorted([a, b, a])
+        assert not result.failed
+        assert not result.unexpected
+
+    async def test_omitting_one_of_a_repeated_number_fails_exactly_one(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        a, b = numbers(2)
+        server.script(Fault.omit(1))
+        result = await session.send_template([a, b, a], **TEMPLATE)
+        assert [v.number for v in result.valid] == [a, b]
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [(a, True)]
+
+    async def test_an_entry_that_matches_nothing_sent_is_reported_not_merged(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = numbers(2)
+        stranger = {"id": "3b1c6f0e-0000-4000-8000-000000000001", "number": "+5521999999999"}
+        answer = {
+            "validMessages": [
+                {"id": f"3b1c6f0e-0000-4000-8000-00000000001{i}", "number": n}
+                for i, n in enumerate(given)
+            ]
+            + [stranger],
+            "invalidMessages": [],
+        }
+        server.script(Fault.wrong_shape(body=answer))
+        result = await session.send_template(given, **TEMPLATE)
+        assert [v.number for v in result.valid] == given
+        assert list(result.unexpected) == [stranger]
+        assert result.ok
+
+    async def test_a_number_answered_twice_but_sent_once_is_unexpected_the_second_time(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        [a] = numbers(1)
+        twice = [{"id": f"00000000-0000-4000-8000-00000000000{i}", "number": a} for i in (1, 2)]
+        server.script(Fault.wrong_shape(body={"validMessages": twice, "invalidMessages": []}))
+        result = await session.send_template([a], **TEMPLATE)
+        assert [v.id for v in result.valid] == [twice[0]["id"]]
+        assert list(result.unexpected) == [twice[1]]
+
+    async def test_an_answer_that_swaps_a_number_fails_the_one_left_out_and_reports_the_other(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        a, b = numbers(2)
+        answer = {
+            "validMessages": [
+                {"id": "00000000-0000-4000-8000-000000000001", "number": a},
+                {"id": "00000000-0000-4000-8000-000000000002", "number": "+5521999999999"},
+            ],
+            "invalidMessages": [],
+        }
+        server.script(Fault.wrong_shape(body=answer))
+        result = await session.send_template([a, b], **TEMPLATE)
+        assert [v.number for v in result.valid] == [a]
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [(b, True)]
+        assert [u["number"] for u in result.unexpected] == ["+5521999999999"]
+
+    async def test_a_rejection_without_a_reason_is_still_a_rejection(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        server.script(
+            Fault.wrong_shape(body={"validMessages": [], "invalidMessages": [{"number": "1"}]})
+        )
+        result = await session.send_template(["1"], **TEMPLATE)
+        [rejected] = result.invalid
+        assert rejected.number == "1"
+        assert re.search("no reason", rejected.reason)
+
+
+class TestSummary:
+    async def test_counts_and_summary_add_up_across_buckets(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = [*numbers(3 * CHUNK - 1), "123"]
+        first, hit, _ = chunks(given)
+        server.script_for(hit[0], Fault.status(500))
+        server.script_for(first[0], Fault.status(400))
+        result = await session.send_template(given, **TEMPLATE, chunk_size=CHUNK)
+        assert result.counts == {
+            "valid": 4,
+            "invalid": 1,
+            "failed": 10,
+            "maybe_sent": 5,
+            "not_sent": 5,
+        }
+        assert result.summary().startswith("15 recipients: 4 sent, 1 invalid, 10 failed")
+        with pytest.raises(da.FailedRecipientsError) as caught:
+            result.raise_for_failures()
+        assert caught.value.result is result
+        assert caught.value.maybe_sent is True
