@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import platform
 import time
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from ._batch import BatchOptions
 
 __all__ = ["DispatchSession"]
+
+log = logging.getLogger("dispatch_async")
 
 USER_AGENT = (
     f"dispatch-async/{__version__} aiohttp/{aiohttp.__version__} python/{platform.python_version()}"
@@ -406,8 +409,17 @@ class DispatchSession:
         except AuthenticationError:
             raise
         except DispatchError as error:
+            log.warning(
+                "chunk at position %d (%d recipients) failed, maybe_sent=%s: %s",
+                chunk.start,
+                len(chunk.messages),
+                error.maybe_sent,
+                error,
+            )
             return failed(chunk, error, requests=flight.requests, retries=flight.retries)
-        return answered(chunk, data, requests=flight.requests, retries=flight.retries)
+        result = answered(chunk, data, requests=flight.requests, retries=flight.retries)
+        log.debug("chunk at position %d: %s", chunk.start, result.summary())
+        return result
 
     async def _call(self, method: str, path: str, body: bytes | None, flight: Flight) -> Any:
         """One request to /api/v3, re-sent once with a fresh token after a 401."""
