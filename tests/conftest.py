@@ -13,6 +13,19 @@ import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer
 
 SECRET = "test-secret"
+TEMPLATE = {"template_id": "pix_reminder"}
+
+
+def numbers(count: int, start: int = 0) -> list[str]:
+    """Distinct numbers both the simulator and phonenumbers accept (Sao Paulo mobiles)."""
+    return [f"+55119{i:08d}" for i in range(start, start + count)]
+
+
+def session_for(server: FakeDispatchServer, **settings: Any) -> da.DispatchSession:
+    """A session on *server* that never waits between retries, with *settings* on top."""
+    settings.setdefault("retry", da.RetryPolicy(wait=False))
+    settings.setdefault("account", "acme")
+    return da.DispatchSession(server.url, client_secret=server.client_secret, **settings)
 
 
 class _SentWriter:

@@ -14,19 +14,7 @@ import pytest
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer, Fault
 
-TEMPLATE = {"template_id": "pix_reminder"}
-
-
-def numbers(count: int, start: int = 0) -> list[str]:
-    """Distinct numbers both the simulator and phonenumbers accept (Sao Paulo mobiles)."""
-    return [f"+55119{i:08d}" for i in range(start, start + count)]
-
-
-def session_for(server: FakeDispatchServer, **settings: Any) -> da.DispatchSession:
-    settings.setdefault("retry", da.RetryPolicy(wait=False))
-    return da.DispatchSession(
-        server.url, client_secret=server.client_secret, account="acme", **settings
-    )
+from .conftest import TEMPLATE, numbers, session_for
 
 
 class Timeline:
@@ -507,4 +495,4 @@ class TestSlowSources:
             async for part in session.stream_basic(rows(), text="x", chunk_size=10):
                 seen.append(part.positions)
                 second_chunk_may_come.set()
-        assert seen == [range(0, 10), range(10, 20)]
+        assert seen == [range(10), range(10, 20)]

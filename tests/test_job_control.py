@@ -14,18 +14,7 @@ import pytest
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer, Fault
 
-TEMPLATE = {"template_id": "pix_reminder"}
-
-
-def numbers(count: int, start: int = 0) -> list[str]:
-    return [f"+55119{i:08d}" for i in range(start, start + count)]
-
-
-def session_for(server: FakeDispatchServer, **settings: Any) -> da.DispatchSession:
-    settings.setdefault("retry", da.RetryPolicy(wait=False))
-    return da.DispatchSession(
-        server.url, client_secret=server.client_secret, account="acme", **settings
-    )
+from .conftest import TEMPLATE, numbers, session_for
 
 
 def client_tasks() -> set[asyncio.Task[Any]]:

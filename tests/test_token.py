@@ -10,14 +10,9 @@ import pytest
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer, Fault
 
-from .conftest import SECRET
+from .conftest import SECRET, session_for
 
 NUMBER = "+5511987654321"
-
-
-def session_for(server: FakeDispatchServer, **kwargs: object) -> da.DispatchSession:
-    kwargs.setdefault("retry", da.RetryPolicy(wait=False))
-    return da.DispatchSession(server.url, client_secret=SECRET, account="acme", **kwargs)  # type: ignore[arg-type]
 
 
 class TestSingleFlight:
