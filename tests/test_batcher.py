@@ -16,6 +16,13 @@ from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .conftest import TEMPLATE, numbers, session_for
 
+ENDPOINT_FIELDS = [
+    ("template", {"template_id": "t"}),
+    ("basic", {"text": "hi"}),
+    ("single", {"text": "hi"}),
+    ("webhook", {"webhook": "https://hooks.example/x"}),
+]
+
 
 class Timeline:
     """When the simulator saw each request arrive, on the monotonic clock; no sleeping."""
@@ -193,45 +200,28 @@ class TestInputShapes:
         ]
         assert result.ok
 
-    @pytest.mark.parametrize(
-        ("method", "fields", "path"),
-        [
-            ("send_template", {"template_id": "t"}, "template"),
-            ("send_basic", {"text": "hi"}, "basic"),
-            ("send_single", {"text": "hi"}, "single"),
-            ("send_webhook", {"webhook": "https://hooks.example/x"}, "webhook"),
-        ],
-    )
+    @pytest.mark.parametrize(("path", "fields"), ENDPOINT_FIELDS)
     async def test_every_send_method_goes_through_the_batcher(
         self,
         server: FakeDispatchServer,
         session: da.DispatchSession,
-        method: str,
         fields: dict[str, str],
         path: str,
     ) -> None:
-        result = await getattr(session, method)(numbers(5), **fields, chunk_size=2)
+        result = await getattr(session, f"send_{path}")(numbers(5), **fields, chunk_size=2)
         assert len(result.valid) == 5
         assert server.stats.calls_by_path == Counter({path: 3})
 
-    @pytest.mark.parametrize(
-        ("method", "fields", "path"),
-        [
-            ("stream_template", {"template_id": "t"}, "template"),
-            ("stream_basic", {"text": "hi"}, "basic"),
-            ("stream_single", {"text": "hi"}, "single"),
-            ("stream_webhook", {"webhook": "https://hooks.example/x"}, "webhook"),
-        ],
-    )
+    @pytest.mark.parametrize(("path", "fields"), ENDPOINT_FIELDS)
     async def test_every_stream_method_yields_one_part_per_chunk(
         self,
         server: FakeDispatchServer,
         session: da.DispatchSession,
-        method: str,
         fields: dict[str, str],
         path: str,
     ) -> None:
-        parts = [p async for p in getattr(session, method)(numbers(5), **fields, chunk_size=2)]
+        stream = getattr(session, f"stream_{path}")
+        parts = [p async for p in stream(numbers(5), **fields, chunk_size=2)]
         assert sorted(len(p.valid) for p in parts) == [1, 2, 2]
         assert server.stats.calls_by_path == Counter({path: 3})
 

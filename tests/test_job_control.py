@@ -78,20 +78,32 @@ class TestTheSecretIsRejectedMidJob:
 
         return progress
 
-    async def test_send_raises_and_its_result_accounts_for_every_recipient_read(
-        self, server: FakeDispatchServer, session: da.DispatchSession
-    ) -> None:
-        rows = Rows(numbers(100))
+    async def send_until_rejected(
+        self,
+        server: FakeDispatchServer,
+        session: da.DispatchSession,
+        rows: Rows,
+        *,
+        concurrency: int,
+        after: int,
+    ) -> da.DispatchResult:
+        """Send *rows* in chunks of 10 until the secret is rejected; the partial result."""
         with pytest.raises(da.AuthenticationError) as caught:
             await session.send_template(
                 iter(rows),
                 **TEMPLATE,
                 chunk_size=10,
-                max_concurrency=1,
-                on_progress=self.reject_the_secret_after(server, 30),
+                max_concurrency=concurrency,
+                on_progress=self.reject_the_secret_after(server, after),
             )
-        result = caught.value.result
-        assert result is not None
+        assert caught.value.result is not None
+        return caught.value.result
+
+    async def test_send_raises_and_its_result_accounts_for_every_recipient_read(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        rows = Rows(numbers(100))
+        result = await self.send_until_rejected(server, session, rows, concurrency=1, after=30)
         assert rows.read < 100  # it stopped reading
         assert result.positions == range(rows.read)
         assert accounted(result) == rows.items[: rows.read]
@@ -104,16 +116,7 @@ class TestTheSecretIsRejectedMidJob:
         self, server: FakeDispatchServer, session: da.DispatchSession
     ) -> None:
         rows = Rows(numbers(200))
-        with pytest.raises(da.AuthenticationError) as caught:
-            await session.send_template(
-                iter(rows),
-                **TEMPLATE,
-                chunk_size=10,
-                max_concurrency=4,
-                on_progress=self.reject_the_secret_after(server, 10),
-            )
-        result = caught.value.result
-        assert result is not None
+        result = await self.send_until_rejected(server, session, rows, concurrency=4, after=10)
         assert sorted(accounted(result)) == sorted(rows.items[: rows.read])
         assert Counter(v.number for v in result.valid) == server.stats.received
         assert all(not f.maybe_sent for f in result.failed)
