@@ -1,0 +1,401 @@
+"""The ``dispatch-async`` command: a resumable bulk send, a demo, and the simulator.
+
+Only argument parsing lives here (click); the job itself is in ``_cli_job``. Exit codes:
+0 every recipient sent or validly rejected, 1 some recipients failed (or the job was
+stopped before the end), 2 a usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ._cli_job import (
+    Batching,
+    Connection,
+    Display,
+    InputSpec,
+    JobSpec,
+    Problem,
+    Target,
+    run_plan,
+    run_send,
+)
+from ._version import __version__
+
+__all__ = ["cli", "main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SECRET_VARIABLE = "DISPATCH_CLIENT_SECRET"  # noqa: S105 - a variable's name
+
+
+class _UsageFailure(click.ClickException):
+    """A usage or configuration Problem, as click prints it: ``Error: <one line>``."""
+
+    exit_code = 2
+
+
+class _JobFailure(click.ClickException):
+    """A Problem that ended a job part way: exit 1."""
+
+    exit_code = 1
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "-V", "--version", prog_name="dispatch-async")
+def cli() -> None:
+    """Bulk message dispatch from the command line: resumable, crash safe, never twice.
+
+    Start with `dispatch-async demo`: no credentials needed.
+    """
+
+
+@cli.group()
+def send() -> None:
+    """Send to every recipient of a CSV or JSONL file, one result line per input line.
+
+    The connection comes from DISPATCH_BASE_URL, DISPATCH_CLIENT_SECRET and
+    DISPATCH_ACCOUNT (or --base-url, --client-secret-file, --account).
+    """
+
+
+def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(function: F) -> F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+_send_options = _options(
+    click.option(
+        "-i",
+        "--input",
+        "input_path",
+        required=True,
+        type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+        help="CSV or JSONL recipients; - for stdin.",
+    ),
+    click.option(
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Results file (JSON lines), appended as chunks complete. Required to send.",
+    ),
+    click.option(
+        "--format",
+        "input_format",
+        type=click.Choice(["auto", "csv", "jsonl"]),
+        default="auto",
+        show_default=True,
+        help="Input format; auto goes by the file name, then by the first character.",
+    ),
+    click.option(
+        "--number-column",
+        default="number",
+        show_default=True,
+        help="CSV column with the phone number; every other column becomes a var.",
+    ),
+    click.option(
+        "--columns",
+        metavar="NAME,NAME,...",
+        help="Column names for a CSV without a header row (its first line is then a row).",
+    ),
+    click.option(
+        "--resume",
+        is_flag=True,
+        help="Continue the job that wrote --output: skip every recorded line.",
+    ),
+    click.option(
+        "--resend-maybe-sent",
+        is_flag=True,
+        help="With --resume: also send the maybe_sent lines again (they may arrive twice).",
+    ),
+    click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Check the input and print the chunk plan; send and write nothing.",
+    ),
+    click.option("--campaign-name", help="Label for the batch."),
+    click.option("--fallback-sms", metavar="TEXT", help="SMS text when the main channel fails."),
+    click.option("--callback", metavar="URL", help="Callback address sent with each request."),
+    click.option(
+        "--account", envvar="DISPATCH_ACCOUNT", help="Sending account [DISPATCH_ACCOUNT]."
+    ),
+    click.option(
+        "--base-url", envvar="DISPATCH_BASE_URL", help="Service address [DISPATCH_BASE_URL]."
+    ),
+    click.option(
+        "--client-secret-file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        envvar="DISPATCH_CLIENT_SECRET_FILE",
+        help=f"File holding the client secret (else ${_SECRET_VARIABLE}; never a flag: "
+        "flags show in ps).",
+    ),
+    click.option(
+        "--chunk-size",
+        type=click.IntRange(min=1),
+        default=1000,
+        show_default=True,
+        envvar="DISPATCH_CHUNK_SIZE",
+        help="Recipients per request.",
+    ),
+    click.option(
+        "--concurrency",
+        type=click.IntRange(min=1),
+        default=8,
+        show_default=True,
+        envvar="DISPATCH_CONCURRENCY",
+        help="Requests in flight at once.",
+    ),
+    click.option(
+        "--rate",
+        type=click.FloatRange(min=0, min_open=True),
+        envvar="DISPATCH_RATE",
+        help="At most this many requests per second.",
+    ),
+    click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=30.0,
+        show_default=True,
+        envvar="DISPATCH_TIMEOUT",
+        help="Seconds for one request.",
+    ),
+    click.option(
+        "--attempts",
+        type=click.IntRange(min=1),
+        default=5,
+        show_default=True,
+        envvar="DISPATCH_ATTEMPTS",
+        help="Tries per request the service did not act on (429, 503, no connection).",
+    ),
+    click.option(
+        "--max-retry-time",
+        type=click.FloatRange(min=0, min_open=True),
+        default=120.0,
+        show_default=True,
+        envvar="DISPATCH_MAX_RETRY_TIME",
+        help="Seconds to keep retrying one request.",
+    ),
+    click.option("--dedupe", is_flag=True, help="Send each number once, across resumes too."),
+    click.option(
+        "--prevalidate",
+        is_flag=True,
+        help="Check numbers locally (phonenumbers) and send them as E.164.",
+    ),
+    click.option(
+        "--region",
+        envvar="DISPATCH_REGION",
+        metavar="CC",
+        help="Default country for --prevalidate, e.g. BR.",
+    ),
+    click.option(
+        "--deadline",
+        type=click.FloatRange(min=0, min_open=True),
+        metavar="SECONDS",
+        help="Stop sending after this long; the rest is recorded not_sent.",
+    ),
+    click.option("-q", "--quiet", is_flag=True, help="No progress display."),
+    click.option(
+        "-v", "--verbose", count=True, help="Log retries and more (-vv: debug). Never secrets."
+    ),
+    click.option(
+        "--progress-every",
+        type=click.FloatRange(min=0),
+        default=5.0,
+        hidden=True,
+        help="Seconds between plain progress lines (when stderr is not a terminal).",
+    ),
+)
+
+
+@send.command("template")
+@click.option("--template-id", required=True, help="The template to send.")
+@click.option("--webhook", metavar="URL", help="Webhook address for this dispatch.")
+@_send_options
+def send_template(template_id: str, webhook: str | None, **options: Any) -> None:
+    """Send a template (POST /api/v3/template); CSV columns fill its vars."""
+    _send(Target("template", template_id=template_id, webhook=webhook, **_fields(options)), options)
+
+
+@send.command("basic")
+@click.option("--text", required=True, help="The message text.")
+@_send_options
+def send_basic(text: str, **options: Any) -> None:
+    """Send a text message (POST /api/v3/basic)."""
+    _send(Target("basic", text=text, **_fields(options)), options)
+
+
+@send.command("single")
+@click.option("--text", required=True, help="The message text.")
+@_send_options
+def send_single(text: str, **options: Any) -> None:
+    """Send a text message through POST /api/v3/single."""
+    _send(Target("single", text=text, **_fields(options)), options)
+
+
+@send.command("webhook")
+@click.option("--webhook", required=True, metavar="URL", help="Where the service reports.")
+@click.option("--text", help="The message text.")
+@click.option("--template-id", help="Or a template.")
+@_send_options
+def send_webhook(webhook: str, text: str | None, template_id: str | None, **options: Any) -> None:
+    """Send with the service reporting to a webhook (POST /api/v3/webhook)."""
+    target = Target(
+        "webhook", webhook=webhook, text=text, template_id=template_id, **_fields(options)
+    )
+    _send(target, options)
+
+
+@cli.command()
+@click.option(
+    "--recipients",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    help="How many synthetic recipients.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Results file (default: in a new temporary directory).",
+)
+@click.option("--seed", type=int, default=2024, show_default=True, help="For the sample data.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+@click.option("-v", "--verbose", count=True, help="Log retries and more (-vv: debug).")
+@click.option("--progress-every", type=click.FloatRange(min=0), default=5.0, hidden=True)
+def demo(
+    recipients: int,
+    output: Path | None,
+    seed: int,
+    quiet: bool,
+    verbose: int,
+    progress_every: float,
+) -> None:
+    """Send to 100,000 synthetic recipients through a local simulator: no credentials.
+
+    The same job as `send template`, with invalid numbers and 429/503 faults to retry.
+    """
+    from ._cli_demo import run_demo
+
+    display = Display(
+        title="dispatch-async demo", quiet=quiet, verbose=verbose, progress_every=progress_every
+    )
+    _exit(
+        lambda: asyncio.run(
+            run_demo(recipients=recipients, output=output, seed=seed, display=display)
+        )
+    )
+
+
+@cli.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    add_help_option=False,
+)
+@click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
+def serve(arguments: tuple[str, ...]) -> None:
+    """Run the simulator until Ctrl-C; prints its URL (serve --help for its flags).
+
+    Flags: --port, --host, --secret, --token-lifetime SECONDS, --fault-rate CODE=RATE
+    (repeatable), --random-retry-after, --seed, --latency SECONDS, --fast-ids.
+    """
+    from .testing._standalone import main as serve_main
+
+    raise SystemExit(serve_main(list(arguments)))
+
+
+def _fields(options: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "campaign_name": options["campaign_name"],
+        "fallback_sms": options["fallback_sms"],
+        "callback": options["callback"],
+    }
+
+
+def _send(target: Target, options: dict[str, Any]) -> None:
+    spec = _spec(target, options)
+    if options["dry_run"]:
+        _exit(lambda: run_plan(spec, sys.stdout))
+    else:
+        _exit(lambda: asyncio.run(run_send(spec)))
+
+
+def _spec(target: Target, options: dict[str, Any]) -> JobSpec:
+    if options["resend_maybe_sent"] and not options["resume"]:
+        raise click.UsageError("--resend-maybe-sent goes with --resume")
+    columns = options["columns"]
+    return JobSpec(
+        target=target,
+        connection=Connection(
+            base_url=options["base_url"],
+            client_secret=_client_secret(options["client_secret_file"]),
+            account=options["account"],
+            timeout=options["timeout"],
+            attempts=options["attempts"],
+            max_retry_time=options["max_retry_time"],
+            rate=options["rate"],
+        ),
+        input=InputSpec(
+            path=options["input_path"],
+            format=options["input_format"],
+            number_column=options["number_column"],
+            columns=tuple(columns.split(",")) if columns else None,
+        ),
+        output=options["output"],
+        batching=Batching(
+            chunk_size=options["chunk_size"],
+            concurrency=options["concurrency"],
+            dedupe=options["dedupe"],
+            prevalidate=options["prevalidate"],
+            region=options["region"],
+            deadline=options["deadline"],
+        ),
+        resume=options["resume"],
+        resend_maybe_sent=options["resend_maybe_sent"],
+        display=Display(
+            title=f"dispatch-async send {target.endpoint}",
+            quiet=options["quiet"],
+            verbose=options["verbose"],
+            progress_every=options["progress_every"],
+        ),
+    )
+
+
+def _client_secret(path: Path | None) -> str | None:
+    if path is None:
+        return os.environ.get(_SECRET_VARIABLE) or None
+    try:
+        secret = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.UsageError(f"cannot read --client-secret-file {path}: {exc}") from None
+    if not secret:
+        raise click.UsageError(f"--client-secret-file {path} is empty")
+    return secret
+
+
+def _exit(run: Callable[[], int]) -> None:
+    try:
+        code = run()
+    except Problem as problem:
+        failure = _UsageFailure if problem.exit_code == 2 else _JobFailure
+        raise failure(problem.message) from None
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The ``dispatch-async`` script."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="dispatch-async")
+
+
+if __name__ == "__main__":
+    main()
