@@ -8,17 +8,15 @@ nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
 
-PYTHON = "3.11"
 
-
-@nox.session(python=PYTHON)
+@nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite; arguments after -- go to pytest."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff: lint rules (ASYNC included) and formatting."""
     session.install("ruff>=0.5")
@@ -26,21 +24,21 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over the package and the typing examples in tests/typing."""
     session.install("-e", ".[test]", "mypy>=1.10")
     session.run("mypy")
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def bench(session: nox.Session) -> None:
     """The benchmarks against a raw aiohttp baseline (see README, Performance)."""
     session.install("-e", ".[test]")
     session.run("python", "benchmarks/run.py", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def demo(session: nox.Session) -> None:
     """The demo: 100,000 recipients through the embedded simulator."""
     session.install("-e", ".[cli]")

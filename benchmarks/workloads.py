@@ -158,14 +158,18 @@ async def token_burst(spec: dict[str, Any]) -> dict[str, Any]:
     """Token: k concurrent send_template calls on a fresh session; how many token requests."""
     url, k = spec["url"], spec["sends"]
     counter = _TokenCounter()
-    async with aiohttp.ClientSession(trace_configs=[counter.config]) as http:
-        async with session(url, spec, http_session=http) as client:
-            results = await asyncio.gather(
-                *(
-                    client.send_template([recipient(i * 10 + j) for j in range(10)], template_id=TEMPLATE)
-                    for i in range(k)
+    async with (
+        aiohttp.ClientSession(trace_configs=[counter.config]) as http,
+        session(url, spec, http_session=http) as client,
+    ):
+        results = await asyncio.gather(
+            *(
+                client.send_template(
+                    [recipient(i * 10 + j) for j in range(10)], template_id=TEMPLATE
                 )
+                for i in range(k)
             )
+        )
     failed = sum(len(r.failed) for r in results)
     return {
         "token_calls": counter.token_calls,
@@ -182,12 +186,14 @@ async def token_soak(spec: dict[str, Any]) -> dict[str, Any]:
     counter = _TokenCounter()
     sent = failed = 0
     started = time.monotonic()
-    async with aiohttp.ClientSession(trace_configs=[counter.config]) as http:
-        async with session(url, spec, http_session=http) as client:
-            while time.monotonic() - started < seconds:
-                result = await client.send_template(items, template_id=TEMPLATE)
-                sent += len(items)
-                failed += len(result.failed)
+    async with (
+        aiohttp.ClientSession(trace_configs=[counter.config]) as http,
+        session(url, spec, http_session=http) as client,
+    ):
+        while time.monotonic() - started < seconds:
+            result = await client.send_template(items, template_id=TEMPLATE)
+            sent += len(items)
+            failed += len(result.failed)
     return {
         "seconds": time.monotonic() - started,
         "recipients": sent,

@@ -28,6 +28,8 @@ from ._exceptions import (
     TransportError,
     UnauthorizedError,
 )
+from ._fleet_rate import RedisRateLimiter
+from ._fleet_token import RedisTokenStore
 from ._models import (
     DispatchResult,
     FailedRecipient,
@@ -63,6 +65,8 @@ __all__ = [
     "RateLimitedError",
     "Recipient",
     "RedirectError",
+    "RedisRateLimiter",
+    "RedisTokenStore",
     "RequestTimeoutError",
     "ResponseTooLargeError",
     "RetryPolicy",

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 
 from ._exceptions import DispatchError
+from ._token_store import StoredToken, TokenStore, TokenStoreUnavailable
 
 __all__ = [
     "DEFAULT_LIFETIME",
@@ -44,6 +45,11 @@ EXPIRY_SAFETY_MAX = 10.0
 #: Waits between failed background refreshes, doubled each time up to the cap.
 RETRY_FIRST_WAIT = 0.5
 RETRY_MAX_WAIT = 30.0
+#: With a shared store: seconds to wait for the refresh lock at a time, between two reads
+#: of the store, and in all before giving up on the fleet and fetching locally.
+STORE_LOCK_WAIT = 1.0
+STORE_POLL = 0.05
+STORE_WAIT_MAX = 30.0
 
 
 class Secret:
@@ -101,7 +107,10 @@ class Token:
 class TokenKeeper:
     """Owns the current token, the shared fetch, and the refresh-ahead task.
 
-    *fetch* makes one token request (with its own retries) and returns the token.
+    *fetch* makes one token request (with its own retries) and returns the token. With a
+    *store*, the token is shared by every process using that store: before fetching, the
+    keeper takes the store's lock and reads it again, adopting a token another process
+    fetched (see `_obtain_shared`); *wall_clock* is the clock the store's times are on.
     """
 
     def __init__(
@@ -109,9 +118,14 @@ class TokenKeeper:
         fetch: Callable[[], Awaitable[Token]],
         *,
         clock: Callable[[], float] = time.monotonic,
+        store: TokenStore | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._fetch = fetch
         self._clock = clock
+        self._store = store
+        self._wall_clock = wall_clock
+        self._refused: str | None = None
         self._token: Token | None = None
         self._fetching: asyncio.Task[Token] | None = None
         self._changed = asyncio.Event()
@@ -151,6 +165,7 @@ class TokenKeeper:
         """Forget *value* (the service refused it), unless a newer token replaced it already."""
         if self._token is not None and self._token.value == value:
             log.info("the service refused the access token; fetching a new one")
+            self._refused = value
             self._token = None
             self._changed.set()
 
@@ -164,12 +179,80 @@ class TokenKeeper:
         return await asyncio.shield(self._fetching)
 
     async def _fetch_and_keep(self) -> Token:
-        self.fetches += 1
-        token = await self._fetch()
+        if self._store is None:
+            token = await self._fetch_counted()
+        else:
+            token = await self._obtain_shared(self._store)
         self._token = token
         self._changed.set()
-        log.debug("fetched an access token valid for %.0fs", token.lifetime)
+        log.debug("have an access token valid for %.0fs", token.lifetime)
         return token
+
+    async def _fetch_counted(self) -> Token:
+        self.fetches += 1
+        return await self._fetch()
+
+    async def _obtain_shared(self, store: TokenStore) -> Token:
+        """A token from *store* if it is not due for refresh, else fetched under its lock.
+
+        Check, lock, check again: only the lock holder fetches (and saves); a process
+        that does not get the lock waits for the holder's token to appear. An unreachable
+        store is not fatal: the token is then fetched locally.
+        """
+        give_up_at = self._clock() + STORE_WAIT_MAX
+        try:
+            while True:
+                adopted = await self._adoptable(store)
+                if adopted is not None:
+                    return adopted
+                async with store.lock(STORE_LOCK_WAIT) as held:
+                    if held:
+                        adopted = await self._adoptable(store)
+                        if adopted is not None:
+                            return adopted
+                        token = await self._fetch_counted()
+                        await self._save(store, token)
+                        return token
+                if self._clock() >= give_up_at:
+                    log.warning(
+                        "no shared access token appeared within %.0fs; fetching one locally",
+                        STORE_WAIT_MAX,
+                    )
+                    return await self._fetch_counted()
+                # Another process holds the lock, so it is fetching: wait for its token.
+                poll_until = min(self._clock() + STORE_LOCK_WAIT, give_up_at)
+                while self._clock() < poll_until:
+                    await asyncio.sleep(STORE_POLL)
+                    adopted = await self._adoptable(store)
+                    if adopted is not None:
+                        return adopted
+        except TokenStoreUnavailable as exc:
+            log.warning("the token store is unreachable (%s); fetching a token locally", exc)
+            return await self._fetch_counted()
+
+    async def _adoptable(self, store: TokenStore) -> Token | None:
+        stored = await store.load()
+        if stored is None or stored.value == self._refused:
+            return None
+        current = self._token
+        if current is not None and current.value == stored.value:
+            # Ours already: keep its refresh point rather than draw a new jitter.
+            return current if self._clock() < current.refresh_at else None
+        age = self._wall_clock() - stored.issued_at
+        token = Token.issued(stored.value, self._clock() - age, stored.lifetime)
+        if self._clock() >= token.refresh_at:
+            return None  # due for refresh: the caller refreshes it
+        return token
+
+    async def _save(self, store: TokenStore, token: Token) -> None:
+        ttl = token.expires_at - self._clock()
+        if ttl <= 0:
+            return
+        issued_at = self._wall_clock() - (self._clock() - token.issued_at)
+        try:
+            await store.save(StoredToken(token.value, issued_at, token.lifetime), ttl)
+        except TokenStoreUnavailable as exc:
+            log.warning("could not share the new access token (%s); using it locally", exc)
 
     async def _refresh_ahead(self) -> None:
         failures = 0
@@ -193,8 +276,7 @@ class TokenKeeper:
             except DispatchError as exc:
                 failures += 1
                 log.warning(
-                    "refreshing the access token failed (%s); the current one is kept, "
-                    "%.1fs left",
+                    "refreshing the access token failed (%s); the current one is kept, %.1fs left",
                     exc,
                     max(self._remaining(), 0.0),
                 )

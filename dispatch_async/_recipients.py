@@ -62,24 +62,54 @@ class Chunk:
 
 def to_wire(items: Sequence[Any], start: int) -> list[WireMessage]:
     """Check recipients and give their wire form, or raise naming the first bad position."""
-    out: list[WireMessage] = []
+    return _to_wire(items, start, _wire_prefix(items))
+
+
+def _wire_prefix(items: Sequence[Any]) -> int:
+    """How many leading items are already wire messages (a dict of a non-empty number
+    string and a vars dict of strings), to be sent as they are.
+
+    This loop is paid once per recipient of a bulk job, so it only reads: no helper
+    calls and no list to build (a million-entry copy is work for the garbage collector
+    too). Every check is an exact type check, as anything else needs a copy.
+    """
+    done = 0
+    for item in items:
+        if type(item) is not dict or len(item) != 2:
+            return done
+        try:
+            number = item["number"]
+            values = item["vars"]
+        except KeyError:
+            return done
+        if type(number) is not str or not number or type(values) is not dict:
+            return done
+        for key, value in values.items():
+            if type(value) is not str or type(key) is not str:
+                return done
+        done += 1
+    return done
+
+
+def _to_wire(items: Sequence[Any], start: int, done: int) -> list[WireMessage]:
+    """``to_wire`` when the first *done* items are known to be wire messages already."""
+    out: list[WireMessage] = list(items[:done]) if done else []
+    if done == len(items):
+        return out
     append = out.append
-    for offset, item in enumerate(items):
+    # ``len(out)`` is the offset: every item that gets this far appends one message.
+    for item in islice(items, done, None):
         cls = type(item)
         if cls is dict:
             number = item.get("number")
             values = item.get("vars")
-            if (
-                type(number) is str
-                and number
-                and (
-                    (values is None and len(item) == 1)
-                    or (type(values) is dict and len(item) == 2 and _strings_only(values))
-                )
-            ):
-                # The caller's dict is already the wire shape: send it as it is.
-                append(item if values is not None else {"number": number, "vars": {}})
-                continue
+            if type(number) is str and number:
+                if type(values) is dict and len(item) == 2 and _wire_prefix((item,)):
+                    append(item)
+                    continue
+                if values is None and len(item) == 1:
+                    append({"number": number, "vars": {}})
+                    continue
         elif cls is str:
             if item:
                 append({"number": item, "vars": {}})
@@ -90,15 +120,8 @@ def to_wire(items: Sequence[Any], start: int) -> list[WireMessage]:
                 {"number": item.number, "vars": values if type(values) is dict else dict(values)}
             )
             continue
-        append(_slow_to_wire(item, start + offset))
+        append(_slow_to_wire(item, start + len(out)))
     return out
-
-
-def _strings_only(values: dict[Any, Any]) -> bool:
-    for key, value in values.items():
-        if type(value) is not str or type(key) is not str:
-            return False
-    return True
 
 
 def _slow_to_wire(item: object, position: int) -> WireMessage:
@@ -163,7 +186,12 @@ async def chunked(recipients: Recipients, size: int) -> AsyncGenerator[Chunk, No
     anywhere in a list stops the call before anything is sent.
     """
     if isinstance(recipients, Sequence):
-        messages = to_wire(recipients, 0)
+        done = _wire_prefix(recipients)
+        if done == len(recipients) and type(recipients) is list:
+            # Already the wire form: each chunk is a slice of the caller's list.
+            messages: list[WireMessage] = recipients
+        else:
+            messages = _to_wire(recipients, 0, done)
         for start in range(0, len(messages), size):
             part = messages[start : start + size]
             yield Chunk(start, len(part), part)

@@ -31,7 +31,8 @@ from ._outcomes import answered, failed
 from ._recipients import Chunk, Recipients
 from ._request import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, envelope
 from ._retry import RetryPolicy, parse_retry_after, retrying
-from ._throttle import Throttle
+from ._throttle import Limiter, Throttle
+from ._token_store import TokenStore
 from ._transport import Transport, check_base_url, has_control_characters
 from ._version import __version__
 from ._wire import Envelope, decode_json, encode_dispatch, parse_token_answer
@@ -67,6 +68,9 @@ class DispatchSession:
 
     ``timeout`` is seconds for one whole request, or an ``aiohttp.ClientTimeout``.
     ``http_session`` lets you share your own aiohttp session (which we never close).
+    ``token_store`` (`RedisTokenStore`) shares one token with other processes;
+    ``rate_limiter`` (`RedisRateLimiter`) shares a rate limit with them (on top of
+    ``requests_per_second``, which stays per process). The session closes both.
     The batcher settings (``chunk_size``, ``max_concurrency``, ``dedupe``,
     ``prevalidate``, ``region``, ``deadline``, ``on_progress``) can be overridden per call.
     """
@@ -82,6 +86,8 @@ class DispatchSession:
         requests_per_second: float | None = None,
         http_session: aiohttp.ClientSession | None = None,
         user_agent: str | None = None,
+        token_store: TokenStore | None = None,
+        rate_limiter: Limiter | None = None,
         **batch: Unpack[BatchOptions],
     ) -> None:
         if not isinstance(client_secret, str) or not client_secret:
@@ -93,14 +99,16 @@ class DispatchSession:
         self.account = account
         self.retry = retry if retry is not None else RetryPolicy()
         self.settings = BatchSettings(**batch)
-        self._throttle = Throttle(requests_per_second)
+        self._throttle = Throttle(requests_per_second, shared=rate_limiter)
+        self._rate_limiter = rate_limiter
+        self._token_store = token_store
         agent = user_agent or USER_AGENT
         if has_control_characters(agent):
             raise ConfigurationError("user_agent must not contain control characters")
         self._transport = Transport(
             self.base_url, timeout=_timeout(timeout), user_agent=agent, http_session=http_session
         )
-        self._tokens = TokenKeeper(self._fetch_token)
+        self._tokens = TokenKeeper(self._fetch_token, store=token_store)
         self._state = _State.UNOPENED
 
     @classmethod
@@ -163,6 +171,9 @@ class DispatchSession:
         self._state = _State.CLOSED
         await self._tokens.close()
         await self._transport.close()
+        for shared in (self._token_store, self._rate_limiter):
+            if shared is not None:
+                await shared.aclose()
 
     def __del__(self) -> None:
         if getattr(self, "_state", None) is _State.OPEN:
@@ -426,6 +437,9 @@ class DispatchSession:
         if self._state is not _State.OPEN:
             self._open()
         for refreshed in (False, True):
+            # A token first: a rate slot taken while waiting for one would be spent later,
+            # bunched with the next second's requests.
+            await self._tokens.token()
             await self._throttle.wait()
             token = await self._tokens.token()
             headers = {

@@ -1,25 +1,42 @@
 """The session-wide gate every request passes: a service-ordered pause and a rate limit.
 
 When the service answers 429 with Retry-After, every worker of the session waits, not
-only the one that was told: the others would only collect 429s of their own.
+only the one that was told: the others would only collect 429s of their own. That pause
+is per process, even when the rate limit is shared by a fleet (``shared=``): a 429 tells
+the process that got it, and the others learn from their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["Throttle"]
+__all__ = ["Limiter", "Throttle"]
+
+
+class Limiter(Protocol):
+    """A rate limit shared beyond this process (`RedisRateLimiter`)."""
+
+    async def acquire(self) -> None:
+        """Return when one request may be sent."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release its connections."""
+        ...
 
 
 class Throttle:
     """Wait here before each request."""
 
-    def __init__(self, requests_per_second: float | None = None) -> None:
+    def __init__(
+        self, requests_per_second: float | None = None, *, shared: Limiter | None = None
+    ) -> None:
         self._resume_at = 0.0
+        self._shared = shared
         self._limiter: Any = None
         if requests_per_second is not None:
             if not requests_per_second > 0:
@@ -46,3 +63,5 @@ class Throttle:
             await asyncio.sleep(delay)
         if self._limiter is not None:
             await self._limiter.acquire()
+        if self._shared is not None:
+            await self._shared.acquire()

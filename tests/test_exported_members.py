@@ -13,7 +13,8 @@ def test_all_is_sorted_and_complete() -> None:
         name
         for name, value in vars(dispatch_async).items()
         # pytest's assertion rewriting (we ship a plugin) adds non-identifier names.
-        if name.isidentifier() and not name.startswith("_")
+        if name.isidentifier()
+        and not name.startswith("_")
         and not isinstance(value, types.ModuleType)
     } | {"__version__"}
     assert set(names) == public

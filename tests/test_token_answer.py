@@ -49,8 +49,14 @@ def test_refresh_comes_before_expiry_with_a_margin_proportional_to_the_lifetime(
 
 @pytest.mark.parametrize(
     "body",
-    [b"not json", b"[]", b"{}", b'{"access_token": 5}', b'{"access_token": ""}',
-     b'{"access_token": "t", "token_type": "MAC"}'],
+    [
+        b"not json",
+        b"[]",
+        b"{}",
+        b'{"access_token": 5}',
+        b'{"access_token": ""}',
+        b'{"access_token": "t", "token_type": "MAC"}',
+    ],
 )
 def test_a_malformed_token_answer_is_an_authentication_error(body: bytes) -> None:
     with pytest.raises(da.DispatchError):

@@ -1,0 +1,127 @@
+"""``RedisTokenStore``: one access token for every process of a fleet, kept in Redis.
+
+Two keys, both under the caller's prefix: ``<prefix>token`` holds the token (JSON: the
+value, when it was issued on the wall clock, its lifetime) and expires with it;
+``<prefix>token:lock`` is the refresh lock (``SET NX PX`` with a random owner value,
+released only by its owner: redis-py's ``Lock``), so a crashed refresher does not block
+the fleet for longer than the lock's expiry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+
+import orjson
+
+from ._redis import DEFAULT_KEY_PREFIX, RedisClient, check_prefix, redacted_url, redis_errors
+from ._token_store import StoredToken, TokenStoreUnavailable
+
+__all__ = ["RedisTokenStore"]
+
+log = logging.getLogger("dispatch_async")
+
+#: Seconds the refresh lock lives if its holder dies: longer than a token request takes.
+DEFAULT_LOCK_TIMEOUT = 20.0
+
+
+class RedisTokenStore:
+    """Share one access token between the processes that use the same Redis and prefix.
+
+    Give each session its own store (the session closes it)::
+
+        store = RedisTokenStore("redis://:password@127.0.0.1:6379/0", key_prefix="acme:")
+        async with DispatchSession(url, client_secret=secret, token_store=store) as session:
+            ...
+
+    Only one process refreshes the token at a time; the others adopt the token it saved.
+    If Redis cannot be reached, each process fetches its own token (with a warning).
+
+    Args:
+        redis_url: ``redis://[[user]:password@]host[:port][/db]`` (or ``rediss://``).
+        key_prefix: every key starts with it; restrict the Redis user to ``~<prefix>*``.
+        lock_timeout: seconds after which a refresh lock whose holder died expires.
+
+    Raises:
+        ConfigurationError: the redis extra is not installed, or a bad argument.
+    """
+
+    def __init__(
+        self,
+        redis_url: str,
+        *,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    ) -> None:
+        self._redis = RedisClient(redis_url, "RedisTokenStore")
+        self.key_prefix = check_prefix(key_prefix)
+        self.lock_timeout = lock_timeout
+        self._key = f"{self.key_prefix}token"
+        self._lock_key = f"{self.key_prefix}token:lock"
+
+    def __repr__(self) -> str:
+        return f"<RedisTokenStore {redacted_url(self._redis.url)!r} key_prefix={self.key_prefix!r}>"
+
+    async def load(self) -> StoredToken | None:
+        """The token in Redis, or None (none yet, expired, or not readable)."""
+        try:
+            raw = await self._redis.get().get(self._key)
+        except redis_errors() as exc:
+            raise TokenStoreUnavailable(_describe(exc)) from None
+        if raw is None:
+            return None
+        try:
+            data = orjson.loads(raw)
+            return StoredToken(str(data["v"]), float(data["iat"]), float(data["life"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            log.warning("the shared access token in Redis is unreadable; ignoring it")
+            return None
+
+    async def save(self, token: StoredToken, ttl: float) -> None:
+        """Store *token* for *ttl* seconds."""
+        raw = orjson.dumps({"v": token.value, "iat": token.issued_at, "life": token.lifetime})
+        try:
+            await self._redis.get().set(self._key, raw, px=max(int(ttl * 1000), 1))
+        except redis_errors() as exc:
+            raise TokenStoreUnavailable(_describe(exc)) from None
+
+    def lock(self, wait: float) -> AbstractAsyncContextManager[bool]:
+        """Hold the refresh lock; enters with False if another process kept it for *wait* s."""
+        return self._locked(wait)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, wait: float) -> AsyncIterator[bool]:
+        from redis.exceptions import LockError
+
+        lock = self._redis.get().lock(
+            self._lock_key,
+            timeout=self.lock_timeout,
+            sleep=0.05,
+            blocking_timeout=wait,
+            thread_local=False,
+        )
+        try:
+            held = await lock.acquire()
+        except redis_errors() as exc:
+            raise TokenStoreUnavailable(_describe(exc)) from None
+        try:
+            yield bool(held)
+        finally:
+            if held:
+                try:
+                    await lock.release()
+                except LockError:
+                    log.warning("the token refresh lock expired before it was released")
+                except redis_errors() as exc:
+                    log.warning("could not release the token refresh lock (%s)", _describe(exc))
+
+    async def aclose(self) -> None:
+        """Close the connections to Redis."""
+        await self._redis.aclose()
+
+
+def _describe(exc: BaseException) -> str:
+    # The class and message of a connection error; never a command's arguments.
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,58 @@
+"""A real redis-server on 127.0.0.1 for the fleet tests, started once per test session."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """The URL of a throwaway redis-server (no persistence), stopped at the end."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not on PATH (apt-get install -y redis-server)")
+    port = free_port()
+    process = subprocess.Popen(  # noqa: S603 - redis-server from PATH, fixed arguments
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not _answers_ping(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("redis-server did not start")
+            time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix of this test's own, so tests never share a token or a limit."""
+    return f"test-{uuid.uuid4().hex[:12]}:"

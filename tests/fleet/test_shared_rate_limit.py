@@ -1,0 +1,112 @@
+"""RedisRateLimiter: one requests-per-second budget for every process sharing Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+import redis.asyncio
+
+import dispatch_async as da
+from dispatch_async.testing import FakeDispatchServer
+from tests.conftest import SECRET, numbers, session_for
+from tests.fleet.conftest import free_port
+
+
+async def test_limiters_sharing_a_prefix_share_one_budget(redis_server: str, prefix: str) -> None:
+    limiters = [
+        da.RedisRateLimiter(redis_server, requests_per_second=10, key_prefix=prefix)
+        for _ in range(3)
+    ]
+    started = time.monotonic()
+    try:
+        # 3 limiters x 7 requests = 21 requests at 10 per second: the last waits >= 1 s.
+        await asyncio.gather(*(lim.acquire() for lim in limiters for _ in range(7)))
+    finally:
+        for lim in limiters:
+            await lim.aclose()
+    assert time.monotonic() - started >= 1.0
+
+
+async def test_fails_closed_while_redis_is_unreachable(caplog: pytest.LogCaptureFixture) -> None:
+    limiter = da.RedisRateLimiter(
+        f"redis://127.0.0.1:{free_port()}/0", requests_per_second=100, on_redis_error="closed"
+    )
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(limiter.acquire(), timeout=0.5)
+    await limiter.aclose()
+    assert "unreachable" in caplog.text
+
+
+async def test_fails_open_to_a_local_limit_while_redis_is_unreachable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    limiter = da.RedisRateLimiter(
+        f"redis://127.0.0.1:{free_port()}/0",
+        requests_per_second=100,
+        on_redis_error="open",
+        local_requests_per_second=50,
+    )
+    await asyncio.wait_for(asyncio.gather(*(limiter.acquire() for _ in range(3))), timeout=5)
+    await limiter.aclose()
+    assert caplog.text.count("unreachable") == 1  # once per outage, not per request
+
+
+@pytest.mark.parametrize("rate", [0, -1, True, "5"])
+def test_a_bad_rate_is_refused(rate: object) -> None:
+    with pytest.raises(da.ConfigurationError):
+        da.RedisRateLimiter("redis://127.0.0.1:6379/0", requests_per_second=rate)  # type: ignore[arg-type]
+
+
+async def test_the_documented_acl_is_enough(
+    redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis user restricted as the README says can share the token and the limit."""
+    admin = redis.asyncio.Redis.from_url(redis_server)
+    user = f"fleet-{prefix.rstrip(':')}"
+    try:
+        await admin.execute_command(
+            "ACL", "SETUSER", user, "reset", "on", ">s3cret", f"~{prefix}*", "resetchannels",
+            "-@all", "+get", "+set", "+pttl", "+pexpire", "+del", "+evalsha", "+eval",
+            "+script|load", "+ping", "+lindex", "+lpush", "+ltrim", "+expire",
+        )  # fmt: skip
+        url = redis_server.replace("redis://", f"redis://{user}:s3cret@")
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            async with session_for(
+                server,
+                token_store=da.RedisTokenStore(url, key_prefix=prefix),
+                rate_limiter=da.RedisRateLimiter(url, requests_per_second=50, key_prefix=prefix),
+            ) as session:
+                async with asyncio.timeout(20):  # a refused command would make it wait
+                    result = await session.send_basic(numbers(20), text="hi", chunk_size=5)
+            assert len(result.valid) == 20
+            assert server.stats.token_calls == 1
+        # The token went through Redis (the store did not fall back to a local token).
+        assert await admin.exists(f"{prefix}token") == 1
+        assert "unreachable" not in caplog.text
+        # Outside the prefix, the same user can read nothing.
+        other = redis.asyncio.Redis.from_url(url)
+        try:
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                await other.get("elsewhere:token")
+        finally:
+            await other.aclose()
+    finally:
+        await admin.execute_command("ACL", "DELUSER", user)
+        await admin.aclose()
+
+
+async def test_unreachable_rate_limit_redis_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dispatch_async")
+    async with FakeDispatchServer(client_secret=SECRET) as server:
+        limiter = da.RedisRateLimiter(
+            f"redis://127.0.0.1:{free_port()}/0", requests_per_second=100, on_redis_error="open"
+        )
+        async with session_for(server, rate_limiter=limiter) as session:
+            result = await session.send_basic(numbers(10), text="hi", chunk_size=2)
+    assert len(result.valid) == 10
+    assert caplog.text.count("rate limit in Redis is unreachable") == 1
