@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -30,9 +31,19 @@ def _answers_ping(port: int) -> bool:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[str]:
-    """The URL of a throwaway redis-server (no persistence), stopped at the end."""
+    """The URL of a redis-server on 127.0.0.1 (no persistence).
+
+    CI starts one and names it in DISPATCH_TEST_REDIS_URL; elsewhere a throwaway one is
+    started here, and stopped at the end. In CI a missing Redis fails instead of skipping.
+    """
+    given = os.environ.get("DISPATCH_TEST_REDIS_URL")
+    if given:
+        yield given
+        return
     binary = shutil.which("redis-server")
     if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide redis-server (see .ci/run)")
         pytest.skip("redis-server is not on PATH (apt-get install -y redis-server)")
     port = free_port()
     process = subprocess.Popen(  # noqa: S603 - redis-server from PATH, fixed arguments
