@@ -209,6 +209,21 @@ _send_options = _options(
         "-v", "--verbose", count=True, help="Log retries and more (-vv: debug). Never secrets."
     ),
     click.option(
+        "--queue",
+        metavar="REDIS_URL",
+        envvar="DISPATCH_QUEUE_URL",
+        help="Enqueue the job for `dispatch-async worker` processes instead of sending "
+        "(redis://...); with -o, wait for them and write the report [DISPATCH_QUEUE_URL].",
+    ),
+    click.option("--job", metavar="ID", help="With --queue: the job's id (again to continue it)."),
+    click.option(
+        "--key-prefix",
+        default="dispatch-async:",
+        show_default=True,
+        envvar="DISPATCH_KEY_PREFIX",
+        help="With --queue: every Redis key starts with it [DISPATCH_KEY_PREFIX].",
+    ),
+    click.option(
         "--progress-every",
         type=click.FloatRange(min=0),
         default=5.0,
@@ -298,6 +313,147 @@ def demo(
     )
 
 
+_queue_option = click.option(
+    "--queue",
+    required=True,
+    metavar="REDIS_URL",
+    envvar="DISPATCH_QUEUE_URL",
+    help="The Redis of the queue (redis://...) [DISPATCH_QUEUE_URL].",
+)
+_prefix_option = click.option(
+    "--key-prefix",
+    default="dispatch-async:",
+    show_default=True,
+    envvar="DISPATCH_KEY_PREFIX",
+    help="Every Redis key starts with it [DISPATCH_KEY_PREFIX].",
+)
+
+
+@cli.command()
+@_queue_option
+@_prefix_option
+@click.option("--account", envvar="DISPATCH_ACCOUNT", help="Default account [DISPATCH_ACCOUNT].")
+@click.option("--base-url", envvar="DISPATCH_BASE_URL", help="Service address [DISPATCH_BASE_URL].")
+@click.option(
+    "--client-secret-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="DISPATCH_CLIENT_SECRET_FILE",
+    help=f"File holding the client secret (else ${_SECRET_VARIABLE}).",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="DISPATCH_RATE",
+    help="At most this many requests per second across every worker (shared in Redis).",
+)
+@click.option(
+    "--max-jobs",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    envvar="DISPATCH_MAX_JOBS",
+    help="Chunks this worker sends at once.",
+)
+@click.option(
+    "--job-timeout",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    envvar="DISPATCH_JOB_TIMEOUT",
+    help="Seconds one chunk may take; a dead worker's chunk is taken over this + 10 s later.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    envvar="DISPATCH_TIMEOUT",
+    help="Seconds for one request.",
+)
+@click.option(
+    "--attempts",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    envvar="DISPATCH_ATTEMPTS",
+    help="Tries per request the service did not act on.",
+)
+@click.option(
+    "--max-retry-time",
+    type=click.FloatRange(min=0, min_open=True),
+    default=120.0,
+    show_default=True,
+    envvar="DISPATCH_MAX_RETRY_TIME",
+    help="Seconds to keep retrying one request.",
+)
+@click.option("--burst", is_flag=True, help="Exit once the queue is empty.")
+@click.option("--poll-delay", type=click.FloatRange(min=0.01), default=0.5, hidden=True)
+@click.option("-v", "--verbose", count=True, help="Log each chunk (-vv: debug). Never secrets.")
+def worker(
+    queue: str,
+    key_prefix: str,
+    account: str | None,
+    base_url: str | None,
+    client_secret_file: Path | None,
+    rate: float | None,
+    max_jobs: int,
+    job_timeout: float,
+    timeout: float,
+    attempts: int,
+    max_retry_time: float,
+    burst: bool,
+    poll_delay: float,
+    verbose: int,
+) -> None:
+    """Send the chunks of queued jobs (`send ... --queue`), until Ctrl-C or SIGTERM.
+
+    Start as many as you like, on any host that reaches the Redis: they share one token
+    and, with --rate, one request rate.
+    """
+    from ._cli_queue import run_queue_worker
+    from ._fleet_worker import WorkerConfig
+
+    config = WorkerConfig(
+        queue_url=queue,
+        key_prefix=key_prefix,
+        connection=Connection(
+            base_url=base_url,
+            client_secret=_client_secret(client_secret_file),
+            account=account,
+            timeout=timeout,
+            attempts=attempts,
+            max_retry_time=max_retry_time,
+            rate=rate,
+        ),
+        max_jobs=max_jobs,
+        job_timeout=job_timeout,
+        burst=burst,
+        poll_delay=poll_delay,
+    )
+    _exit(lambda: asyncio.run(run_queue_worker(config, verbose=verbose)))
+
+
+@cli.command()
+@_queue_option
+@_prefix_option
+@click.option("--job", required=True, metavar="ID", help="The job's id.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write one result line per input line here (as `send -o` does).",
+)
+def report(queue: str, key_prefix: str, job: str, output: Path | None) -> None:
+    """Sum up a queued job; exit 0 only when it is finished with no failed line."""
+    from ._cli_queue import run_queue_report
+
+    _exit(
+        lambda: asyncio.run(
+            run_queue_report(queue_url=queue, job=job, key_prefix=key_prefix, output=output)
+        )
+    )
+
+
 @cli.command(
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
     add_help_option=False,
@@ -323,11 +479,51 @@ def _fields(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _send(target: Target, options: dict[str, Any]) -> None:
+    if options["queue"]:
+        _enqueue(target, options)
+        return
+    if options["job"]:
+        raise click.UsageError("--job goes with --queue")
     spec = _spec(target, options)
     if options["dry_run"]:
         _exit(lambda: run_plan(spec, sys.stdout))
     else:
         _exit(lambda: asyncio.run(run_send(spec)))
+
+
+_NOT_QUEUED = ("resume", "resend_maybe_sent", "dedupe", "prevalidate", "deadline", "dry_run")
+
+
+def _enqueue(target: Target, options: dict[str, Any]) -> None:
+    from ._cli_queue import run_enqueue
+
+    if not options["job"]:
+        raise click.UsageError("--queue needs --job ID (the same ID continues the job)")
+    given = [f"--{name.replace('_', '-')}" for name in _NOT_QUEUED if options[name]]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} cannot go with --queue")
+    columns = options["columns"]
+    spec = InputSpec(
+        path=options["input_path"],
+        format=options["input_format"],
+        number_column=options["number_column"],
+        columns=tuple(columns.split(",")) if columns else None,
+    )
+    _exit(
+        lambda: asyncio.run(
+            run_enqueue(
+                queue_url=options["queue"],
+                job=options["job"],
+                target=target,
+                account=options["account"],
+                input_spec=spec,
+                chunk_size=options["chunk_size"],
+                key_prefix=options["key_prefix"],
+                output=options["output"],
+                quiet=options["quiet"],
+            )
+        )
+    )
 
 
 def _spec(target: Target, options: dict[str, Any]) -> JobSpec:

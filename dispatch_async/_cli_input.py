@@ -7,6 +7,7 @@ it; only a problem with the input as a whole (no number column) is raised.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -203,8 +204,23 @@ def _csv_rows(
     reader = csv.reader(text, strict=True)
     names = [name.strip() for name in columns] if columns is not None else _header(reader)
     if names is None:
+        _detach(text)
         return iter(())
-    return _csv_records(reader, names, number_column)
+    return _detached_at_end(_csv_records(reader, names, number_column), text)
+
+
+def _detached_at_end(rows: Iterator[Row], text: io.TextIOWrapper) -> Iterator[Row]:
+    try:
+        yield from rows
+    finally:
+        _detach(text)
+
+
+def _detach(text: io.TextIOWrapper) -> None:
+    # The stream is Rows's to close: a wrapper dropped still attached closes it (with a
+    # ResourceWarning) as soon as the rows run out, before the caller is done.
+    with contextlib.suppress(ValueError):  # the stream was closed first
+        text.detach()
 
 
 def _header(reader: Any) -> list[str] | None:

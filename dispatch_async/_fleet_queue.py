@@ -1,0 +1,484 @@
+"""A bulk job spread over arq workers: the chunk state in Redis, the producer, the report.
+
+Every key is under the key prefix P (default ``dispatch-async:``) and job id J, and
+expires ``ttl`` seconds after the producer last touched the job (default 7 days)::
+
+    P job:J          hash: the job's target, account, chunk size, chunk and line count
+    P job:J:state    hash: chunk index -> pending | in_flight | done
+    P job:J:owner    hash: chunk index -> the worker (host:pid) that claimed it
+    P job:J:digest   hash: chunk index -> CRC-32 of its rows (a restarted producer must
+                     read the same input)
+    P job:J:rows:I   string: chunk I's input rows (JSON), deleted once I is done
+    P job:J:out      hash: chunk index -> its output records, one JSON line per input line
+    P queue          arq's queue (sorted set); arq also writes ``arq:job:J:I``,
+                     ``arq:in-progress:J:I``, ``arq:retry:J:I`` and ``arq:result:J:I``
+
+A chunk goes ``pending`` (the producer) -> ``in_flight`` (a worker, with a compare-and-set,
+before anything is sent) -> ``done`` (with its records). A worker that finds a chunk
+already ``in_flight`` is running a redelivery after a worker died mid-send: it records
+the chunk's rows ``maybe_sent`` without sending. A ``done`` chunk is never sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Final, TypeAlias
+
+import attrs
+import orjson
+
+from ._cli_input import MALFORMED, Row
+from ._cli_job import InputSpec, Problem, Target, _open_input
+from ._cli_journal import OUTCOMES, failed_record, invalid_record
+from ._exceptions import ConfigurationError
+from ._redis import DEFAULT_KEY_PREFIX, check_prefix, check_url
+
+#: arq's ``ArqRedis`` (a redis-py asyncio client). Typed loosely: redis-py types every
+#: reply as "awaitable or not", which strict mypy rejects at each ``await``.
+ArqRedis: TypeAlias = Any
+
+__all__ = [
+    "DONE",
+    "IN_FLIGHT",
+    "PENDING",
+    "ArqRedis",
+    "JobKeys",
+    "Produced",
+    "QueueReport",
+    "connect",
+    "enqueue",
+    "interrupted_records",
+    "load_rows",
+    "malformed_records",
+    "report",
+    "wait_until_done",
+]
+
+PENDING: Final = b"pending"
+IN_FLIGHT: Final = b"in_flight"
+DONE: Final = b"done"
+#: The arq function name every chunk job calls.
+SEND_CHUNK: Final = "send_chunk"
+#: Seconds the job's keys live after the producer last wrote them.
+DEFAULT_TTL = 7 * 24 * 3600
+_JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
+@attrs.frozen
+class JobKeys:
+    """The Redis keys of one job."""
+
+    prefix: str
+    job: str
+
+    @property
+    def meta(self) -> str:
+        return f"{self.prefix}job:{self.job}"
+
+    @property
+    def state(self) -> str:
+        return f"{self.meta}:state"
+
+    @property
+    def owner(self) -> str:
+        return f"{self.meta}:owner"
+
+    @property
+    def digest(self) -> str:
+        return f"{self.meta}:digest"
+
+    @property
+    def out(self) -> str:
+        return f"{self.meta}:out"
+
+    def rows(self, index: int) -> str:
+        return f"{self.meta}:rows:{index}"
+
+    @property
+    def queue(self) -> str:
+        return queue_name(self.prefix)
+
+    def arq_job_id(self, index: int) -> str:
+        return f"{self.job}:{index}"
+
+
+def queue_name(prefix: str) -> str:
+    """arq's queue (a sorted set) for jobs under *prefix*."""
+    return f"{prefix}queue"
+
+
+def check_job_id(job: str) -> str:
+    """*job* if it can name a job (letters, digits, ``_.-``), else a Problem."""
+    if not _JOB_ID.fullmatch(job):
+        raise Problem(f"--job {job!r}: use 1-100 letters, digits, '_', '.' or '-'")
+    return job
+
+
+async def connect(queue_url: str) -> ArqRedis:
+    """An arq Redis pool (a redis-py client) for *queue_url*; JSON, never pickle, for jobs.
+
+    Raises:
+        ConfigurationError: the queue extra is not installed, or a bad URL.
+    """
+    try:
+        from arq.connections import RedisSettings, create_pool
+    except ImportError:
+        raise ConfigurationError(
+            'a queued job needs the queue extra: pip install "dispatch-async[queue]"'
+        ) from None
+    check_url(queue_url)
+    return await create_pool(
+        RedisSettings.from_dsn(queue_url),
+        job_serializer=orjson.dumps,
+        job_deserializer=orjson.loads,
+    )
+
+
+# -- rows ------------------------------------------------------------------------------
+
+
+def dump_rows(rows: list[Row]) -> bytes:
+    return orjson.dumps([[r.line, r.number, r.message, r.problem] for r in rows])
+
+
+def load_rows(raw: bytes) -> list[Row]:
+    """The rows of one chunk as the producer stored them."""
+    return [
+        Row(line, number, message, problem) for line, number, message, problem in orjson.loads(raw)
+    ]
+
+
+def malformed_records(rows: list[Row]) -> list[bytes]:
+    """The records of the rows that cannot be sent, exactly as a single-machine run writes."""
+    return [
+        invalid_record(r.line, r.number, MALFORMED, r.problem) for r in rows if r.message is None
+    ]
+
+
+def interrupted_records(rows: list[Row]) -> list[bytes]:
+    """The records of a chunk whose worker died mid-send: maybe_sent (malformed: invalid)."""
+    return malformed_records(rows) + [
+        failed_record(
+            r.line,
+            r.number,
+            maybe_sent=True,
+            error="a worker was killed while this chunk may have been in flight; "
+            "it is not sent again",
+            error_type="Interrupted",
+        )
+        for r in rows
+        if r.message is not None
+    ]
+
+
+# -- the producer ------------------------------------------------------------------
+
+
+@attrs.frozen
+class Produced:
+    """What one producer run did: chunks enqueued now, and chunks already done."""
+
+    job: str
+    chunks: int
+    lines: int
+    enqueued: int
+    known: int
+
+
+async def enqueue(
+    redis: ArqRedis,
+    *,
+    job: str,
+    target: Target,
+    account: str | None,
+    input_spec: InputSpec,
+    chunk_size: int,
+    key_prefix: str = DEFAULT_KEY_PREFIX,
+    ttl: int = DEFAULT_TTL,
+) -> Produced:
+    """Split the input into chunks of *chunk_size* rows, store and enqueue each once.
+
+    Running it again for the same job (after a crash, or by mistake) stores and enqueues
+    nothing that is already there: a done chunk is left alone; a pending or in-flight one
+    is enqueued under the same arq job id, which arq ignores while it is queued or
+    running (a chunk found in flight is never sent again, only recorded maybe_sent).
+
+    Raises:
+        Problem: the input cannot be read, or the job exists with other settings or input.
+    """
+    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
+    settings = {
+        "target": orjson.dumps(attrs.asdict(target)),
+        "account": account or "",
+        "chunk_size": str(chunk_size),
+    }
+    await _claim_job(redis, keys, settings, ttl)
+    rows = _open_input(input_spec)
+    chunks = lines = enqueued = known = 0
+    try:
+        iterator = iter(rows)
+        while chunk := await asyncio.to_thread(_take, iterator, chunk_size):
+            lines += len(chunk)
+            if await _store_chunk(redis, keys, chunks, chunk, ttl):
+                enqueued += (
+                    await redis.enqueue_job(
+                        SEND_CHUNK,
+                        keys.job,
+                        chunks,
+                        _job_id=keys.arq_job_id(chunks),
+                        _queue_name=keys.queue,
+                        _expires=ttl,
+                    )
+                    is not None
+                )
+            else:
+                known += 1
+            chunks += 1
+    finally:
+        rows.close()
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.meta, mapping={"chunks": chunks, "lines": lines})
+        for key in (keys.meta, keys.state, keys.digest, keys.owner):
+            pipe.expire(key, ttl)
+        await pipe.execute()
+    return Produced(keys.job, chunks, lines, enqueued, known)
+
+
+def _take(rows: Iterator[Row], size: int) -> list[Row]:
+    chunk = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            break
+    return chunk
+
+
+async def _claim_job(redis: ArqRedis, keys: JobKeys, settings: dict[str, Any], ttl: int) -> None:
+    async with redis.pipeline(transaction=True) as pipe:
+        for field, value in settings.items():
+            pipe.hsetnx(keys.meta, field, value)
+        pipe.hmget(keys.meta, list(settings))
+        pipe.hsetnx(keys.meta, "created", str(time.time()))
+        pipe.expire(keys.meta, ttl)
+        stored = (await pipe.execute())[len(settings)]
+    for (field, value), found in zip(settings.items(), stored, strict=True):
+        wanted = value if isinstance(value, bytes) else value.encode()
+        if found != wanted:
+            raise Problem(
+                f"job {keys.job!r} already exists with another {field.replace('_', ' ')}: "
+                "use the same command to continue it, or another --job"
+            )
+
+
+async def _store_chunk(
+    redis: ArqRedis, keys: JobKeys, index: int, chunk: list[Row], ttl: int
+) -> bool:
+    """Store a chunk as pending unless it is already there; True unless it is done."""
+    payload = dump_rows(chunk)
+    digest = str(zlib.crc32(payload)).encode()
+    async with redis.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                await pipe.watch(keys.state)
+                state = await pipe.hget(keys.state, str(index))
+                stored = await pipe.hget(keys.digest, str(index))
+                if stored is not None and stored != digest:
+                    raise Problem(
+                        f"chunk {index} of job {keys.job!r} (input lines "
+                        f"{chunk[0].line}-{chunk[-1].line}) differs from what was enqueued: "
+                        "continue a job with the same input file"
+                    )
+                if state == DONE:
+                    await pipe.reset()
+                    return False
+                if state == IN_FLIGHT:
+                    # Enqueued again (arq refuses it while the first delivery is queued or
+                    # running): if that delivery failed for good, this one records the
+                    # chunk maybe_sent instead of leaving it in flight forever.
+                    await pipe.reset()
+                    return True
+                pipe.multi()
+                pipe.set(keys.rows(index), payload, ex=ttl)
+                pipe.hset(keys.state, str(index), PENDING)
+                pipe.hset(keys.digest, str(index), digest)
+                await pipe.execute()
+                return True
+            except _watch_error():
+                continue
+
+
+def _watch_error() -> type[Exception]:
+    from redis.exceptions import WatchError
+
+    return WatchError
+
+
+# -- claiming and finishing a chunk (the worker's side) -----------------------------
+
+
+async def claim(redis: ArqRedis, keys: JobKeys, index: int, owner: str) -> bytes | None:
+    """Set chunk *index* ``in_flight`` if it is ``pending``; the state it had before."""
+    async with redis.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                await pipe.watch(keys.state)
+                state: bytes | None = await pipe.hget(keys.state, str(index))
+                if state != PENDING:
+                    await pipe.reset()
+                    return state
+                pipe.multi()
+                pipe.hset(keys.state, str(index), IN_FLIGHT)
+                pipe.hset(keys.owner, str(index), owner)
+                await pipe.execute()
+                return state
+            except _watch_error():
+                continue
+
+
+async def finish(
+    redis: ArqRedis,
+    keys: JobKeys,
+    index: int,
+    records: list[bytes],
+    *,
+    only_if_in_flight: bool = False,
+) -> bool:
+    """Store a chunk's records and mark it ``done``; False if *only_if_in_flight* and it was not.
+
+    The worker that claimed a chunk writes unconditionally (it knows what happened); a
+    redelivery marking it interrupted writes only over ``in_flight``.
+    """
+    ttl = await redis.ttl(keys.meta)
+    async with redis.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                if only_if_in_flight:
+                    await pipe.watch(keys.state)
+                    if await pipe.hget(keys.state, str(index)) != IN_FLIGHT:
+                        await pipe.reset()
+                        return False
+                    pipe.multi()
+                pipe.hset(keys.out, str(index), b"\n".join(records))
+                pipe.hset(keys.state, str(index), DONE)
+                pipe.hset(keys.meta, "last_done", str(time.time()))
+                pipe.delete(keys.rows(index))
+                if ttl > 0:
+                    pipe.expire(keys.out, ttl)
+                await pipe.execute()
+                return True
+            except _watch_error():
+                continue
+
+
+# -- the report --------------------------------------------------------------------
+
+
+@attrs.define
+class QueueReport:
+    """The whole job, as a single-machine run would sum it up."""
+
+    job: str
+    chunks: int
+    lines: int
+    states: Counter[str]
+    outcomes: Counter[str]
+    records: int
+    seconds: float
+    complete_input: bool
+
+    @property
+    def complete(self) -> bool:
+        """Every chunk done and every input line recorded."""
+        return self.complete_input and self.states["done"] == self.chunks
+
+    @property
+    def failed(self) -> int:
+        return self.outcomes["not_sent"] + self.outcomes["maybe_sent"]
+
+
+async def report(
+    redis: ArqRedis,
+    *,
+    job: str,
+    output: Path | None,
+    key_prefix: str = DEFAULT_KEY_PREFIX,
+) -> QueueReport:
+    """Gather every chunk's records into *output* (one line per input line, in line order).
+
+    Raises:
+        Problem: there is no such job.
+    """
+    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
+    meta = await redis.hgetall(keys.meta)
+    if not meta:
+        raise Problem(f"no job {job!r} in this Redis (under prefix {key_prefix!r})")
+    chunks = int(meta.get(b"chunks", 0))
+    states = Counter(state.decode() for state in (await redis.hgetall(keys.state)).values())
+    outcomes: Counter[str] = Counter()
+    records = 0
+    sink = await asyncio.to_thread(_open_output, output)
+    try:
+        for first in range(0, chunks, 100):
+            fields = [str(i) for i in range(first, min(first + 100, chunks))]
+            for value in await redis.hmget(keys.out, fields):
+                if not value:
+                    continue
+                lines = sorted(
+                    (orjson.loads(raw) for raw in value.split(b"\n")), key=lambda r: r["line"]
+                )
+                records += len(lines)
+                outcomes.update(record["outcome"] for record in lines)
+                if sink is not None:
+                    data = b"".join(orjson.dumps(record) + b"\n" for record in lines)
+                    await asyncio.to_thread(sink.write, data)
+    finally:
+        if sink is not None:
+            await asyncio.to_thread(sink.close)
+    started = float(meta.get(b"created", 0))
+    ended = float(meta.get(b"last_done", started))
+    return QueueReport(
+        job=job,
+        chunks=chunks,
+        lines=int(meta.get(b"lines", 0)),
+        states=states,
+        outcomes=Counter({o: outcomes[o] for o in OUTCOMES}),
+        records=records,
+        seconds=max(ended - started, 0.0),
+        complete_input=b"chunks" in meta,
+    )
+
+
+def _open_output(output: Path | None) -> Any:
+    if output is None:
+        return None
+    try:
+        return open(output, "wb")  # closed by report()
+    except OSError as exc:
+        raise Problem(f"cannot write {output}: {exc.strerror}") from None
+
+
+async def wait_until_done(
+    redis: ArqRedis,
+    *,
+    job: str,
+    key_prefix: str = DEFAULT_KEY_PREFIX,
+    every: float = 0.5,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """Return once every chunk of *job* is ``done`` (polling every *every* seconds)."""
+    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
+    chunks = int(await redis.hget(keys.meta, "chunks") or 0)
+    while True:
+        states = await redis.hvals(keys.state)
+        done = sum(1 for s in states if s == DONE)
+        if on_progress is not None:
+            on_progress(done, chunks)
+        if done >= chunks:
+            return
+        await asyncio.sleep(every)

@@ -1,0 +1,323 @@
+"""A bulk job spread over arq worker processes: one simulator, one real Redis.
+
+Workers run as real processes (``dispatch-async worker --burst``); one is killed with
+SIGKILL while a chunk of its is in flight, and arq hands that chunk to another worker
+once its in-progress key expires (``--job-timeout`` + 10 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from dispatch_async._cli_job import InputSpec, Target
+from dispatch_async._fleet_queue import JobKeys, connect, enqueue, report
+from dispatch_async.testing import FakeDispatchServer
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "queue-test-secret"
+COMMAND = (sys.executable, "-m", "dispatch_async._cli")
+LINES = 60
+CHUNK = 5
+JOB_TIMEOUT = 3  # arq takes over a dead worker's chunk JOB_TIMEOUT + 10 s after it started
+
+
+def write_input(path: Path) -> dict[int, str]:
+    """A CSV with LINES rows (line 2 onwards): one malformed, one invalid number."""
+    numbers = {}
+    rows = ["number,name"]
+    for i in range(LINES):
+        line = i + 2
+        if i == 7:
+            rows.append("+5511900000007,too,many")  # malformed: three fields
+        elif i == 13:
+            rows.append("12,short")  # the simulator rejects it
+            numbers[line] = "12"
+        else:
+            numbers[line] = f"+55119{i:08d}"
+            rows.append(f"{numbers[line]},n{i}")
+    path.write_text("\n".join(rows) + "\n")
+    return numbers
+
+
+def worker_env(server: FakeDispatchServer) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DISPATCH_BASE_URL": server.url,
+        "DISPATCH_CLIENT_SECRET": SECRET,
+        "DISPATCH_ACCOUNT": "acme",
+    }
+
+
+async def start_worker(server: FakeDispatchServer, redis_url: str, prefix: str) -> Any:
+    return await asyncio.create_subprocess_exec(
+        *COMMAND,
+        "worker",
+        "--queue",
+        redis_url,
+        "--key-prefix",
+        prefix,
+        "--max-jobs",
+        "2",
+        "--job-timeout",
+        str(JOB_TIMEOUT),
+        "--poll-delay",
+        "0.05",
+        "--burst",
+        cwd=ROOT,
+        env=worker_env(server),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def cli(*args: str, env: dict[str, str]) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        *COMMAND,
+        *args,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(process.communicate(), timeout=30)
+    assert process.returncode is not None
+    return process.returncode, err.decode()
+
+
+async def until(condition: Any, seconds: float, what: str) -> Any:
+    """Poll an async *condition* until it returns something true, for at most *seconds*."""
+    # Another process changes what is polled (Redis): nothing to wait on but the state.
+    try:
+        async with asyncio.timeout(seconds):
+            while True:
+                if value := await condition():
+                    return value
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+async def redis(redis_server: str) -> AsyncIterator[Any]:
+    client = await connect(redis_server)
+    yield client
+    await client.aclose()
+
+
+def read_report(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+async def test_a_killed_workers_chunk_is_recorded_once_and_never_sent_again(
+    redis: Any, redis_server: str, prefix: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.csv"
+    numbers = write_input(source)
+    async with FakeDispatchServer(client_secret=SECRET, latency=0.4) as server:
+        produced = await enqueue(
+            redis,
+            job="kill",
+            target=Target("basic", text="hi"),
+            account=None,
+            input_spec=InputSpec(str(source)),
+            chunk_size=CHUNK,
+            key_prefix=prefix,
+        )
+        assert (produced.chunks, produced.lines, produced.enqueued) == (12, LINES, 12)
+        workers = [await start_worker(server, redis_server, prefix) for _ in range(3)]
+        keys = JobKeys(prefix, "kill")
+
+        async def a_chunk_in_flight() -> tuple[int, int] | None:
+            # Once a request reached the service, the shared token is in Redis: the kill
+            # lands mid-request, not while the victim holds the token's refresh lock
+            # (which would hold the others up until the lock expires).
+            if not server.stats.requests:
+                return None
+            states = await redis.hgetall(keys.state)
+            owners = await redis.hgetall(keys.owner)
+            for index, state in states.items():
+                if state == b"in_flight" and index in owners:
+                    return int(index), int(owners[index].rsplit(b":", 1)[1])
+            return None
+
+        victim_chunk, victim_pid = await until(a_chunk_in_flight, 20, "a chunk in flight")
+        victim = next(w for w in workers if w.pid == victim_pid)
+        victim.send_signal(signal.SIGKILL)
+        assert await asyncio.wait_for(victim.wait(), 10) == -signal.SIGKILL
+        others = [w for w in workers if w is not victim]
+        # The survivors exit (--burst) once the queue is empty: the killed worker's chunk
+        # included, which arq redelivers after its in-progress key expires.
+        for worker in others:
+            _, err = await asyncio.wait_for(worker.communicate(), JOB_TIMEOUT + 20)
+            assert worker.returncode == 0, err.decode()[-2000:]
+
+        output = tmp_path / "results.jsonl"
+        summary = await report(redis, job="kill", output=output, key_prefix=prefix)
+        stats = server.stats
+
+    records = read_report(output)
+    # Every input line recorded exactly once, in line order.
+    assert [r["line"] for r in records] == list(range(2, LINES + 2))
+    assert summary.complete
+    assert summary.records == LINES
+    by_line = {r["line"]: r for r in records}
+    assert by_line[9]["outcome"] == "invalid"  # the malformed row
+    assert by_line[9]["reason"] == "malformed input row"
+    assert by_line[15]["outcome"] == "invalid", by_line[15]  # "12": the service rejects it
+    # The chunk in flight when its worker died: maybe_sent, not sent again.
+    first = victim_chunk * CHUNK + 2
+    interrupted = [by_line[line] for line in range(first, first + CHUNK)]
+    assert {r["outcome"] for r in interrupted} <= {"maybe_sent", "invalid"}
+    assert any(r.get("error_type") == "Interrupted" for r in interrupted)
+    outcomes = Counter(r["outcome"] for r in records)
+    assert outcomes == summary.outcomes
+    assert outcomes["not_sent"] == 0
+    # The service never received a number twice; every "sent" line really arrived, and
+    # nothing arrived that the report does not account for as sent, invalid or maybe_sent.
+    assert not stats.duplicates
+    sent = {r["number"] for r in records if r["outcome"] == "sent"}
+    maybe = {r["number"] for r in records if r["outcome"] == "maybe_sent"}
+    assert sent <= set(stats.received)
+    assert set(stats.received) <= sent | maybe | {"12"}
+    assert len(sent) == len(numbers) - 1 - len(maybe)  # all but "12" and the interrupted
+    # One token for the whole fleet (it outlives the run).
+    assert stats.token_calls == 1
+    assert stats.unauthorized == 0
+
+
+async def test_running_the_producer_again_enqueues_and_sends_nothing_twice(
+    redis: Any, redis_server: str, prefix: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.csv"
+    write_input(source)
+    output = tmp_path / "results.jsonl"
+    async with FakeDispatchServer(client_secret=SECRET) as server:
+        env = worker_env(server)
+        enqueue_args = (
+            "send",
+            "basic",
+            "--text",
+            "hi",
+            "-i",
+            str(source),
+            "--chunk-size",
+            str(CHUNK),
+            "--queue",
+            redis_server,
+            "--job",
+            "again",
+            "--key-prefix",
+            prefix,
+        )
+        code, err = await cli(*enqueue_args, env=env)
+        assert code == 0, err
+        assert "12 enqueued now, 0 already done" in err
+        # A producer restarted before any worker ran: the chunks are queued once.
+        code, err = await cli(*enqueue_args, env=env)
+        assert code == 0, err
+        assert "0 enqueued now" in err
+        assert await redis.zcard(f"{prefix}queue") == 12
+
+        worker = await start_worker(server, redis_server, prefix)
+        _, werr = await asyncio.wait_for(worker.communicate(), 30)
+        assert worker.returncode == 0, werr.decode()[-2000:]
+        received = server.stats.recipients_received
+
+        # And after the job is done: nothing is enqueued, a worker finds nothing to send.
+        code, err = await cli(*enqueue_args, env=env)
+        assert code == 0, err
+        assert "0 enqueued now, 12 already done" in err
+        assert await redis.zcard(f"{prefix}queue") == 0
+        worker = await start_worker(server, redis_server, prefix)
+        await asyncio.wait_for(worker.communicate(), 30)
+        assert server.stats.recipients_received == received == LINES - 1
+        assert not server.stats.duplicates
+
+        args = ("report", "--queue", redis_server, "--key-prefix", prefix, "--job", "again")
+        code, err = await cli(*args, "-o", str(output), env=env)
+    assert code == 0, err
+    assert "job again: done in" in err
+    records = read_report(output)
+    assert [r["line"] for r in records] == list(range(2, LINES + 2))
+    assert Counter(r["outcome"] for r in records) == {"sent": LINES - 2, "invalid": 2}
+
+
+async def test_the_same_job_with_other_input_is_refused(
+    redis: Any, prefix: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.csv"
+    write_input(source)
+    spec = InputSpec(str(source))
+    target = Target("basic", text="hi")
+    await enqueue(
+        redis,
+        job="j",
+        target=target,
+        account=None,
+        input_spec=spec,
+        chunk_size=5,
+        key_prefix=prefix,
+    )
+    from dispatch_async._cli_job import Problem
+
+    with pytest.raises(Problem, match="another target"):
+        await enqueue(
+            redis,
+            job="j",
+            target=Target("basic", text="other"),
+            account=None,
+            input_spec=spec,
+            chunk_size=5,
+            key_prefix=prefix,
+        )
+    source.write_text(source.read_text().replace("n3", "changed"))
+    with pytest.raises(Problem, match="differs from what was enqueued"):
+        await enqueue(
+            redis,
+            job="j",
+            target=target,
+            account=None,
+            input_spec=spec,
+            chunk_size=5,
+            key_prefix=prefix,
+        )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--queue", "redis://127.0.0.1:1/0"), "--queue needs --job"),
+        (("--queue", "redis://127.0.0.1:1/0", "--job", "j", "--resume"), "cannot go with --queue"),
+        (("--job", "j"), "--job goes with --queue"),
+    ],
+)
+async def test_queue_options_are_checked(
+    args: tuple[str, ...], message: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.csv"
+    write_input(source)
+    code, err = await cli(
+        "send", "basic", "--text", "hi", "-i", str(source), *args, env=dict(os.environ)
+    )
+    assert code == 2
+    assert message in err
+
+
+async def test_report_of_an_unknown_job_is_a_usage_error(redis_server: str, prefix: str) -> None:
+    code, err = await cli(
+        "report", "--queue", redis_server, "--key-prefix", prefix, "--job", "nope",
+        env=dict(os.environ),
+    )  # fmt: skip
+    assert code == 2
+    assert "no job 'nope'" in err
