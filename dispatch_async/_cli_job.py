@@ -118,6 +118,19 @@ class Connection:
     max_retry_time: float = 120.0
     rate: float | None = None
 
+    def session(self, **options: Any) -> DispatchSession:
+        """A session on this connection; *options* go to DispatchSession as they are."""
+        assert self.base_url is not None
+        assert self.client_secret is not None
+        return DispatchSession(
+            self.base_url,
+            client_secret=self.client_secret,
+            account=self.account,
+            timeout=self.timeout,
+            retry=RetryPolicy(attempts=self.attempts, max_time=self.max_retry_time),
+            **options,
+        )
+
 
 @attrs.frozen
 class Batching:
@@ -626,15 +639,8 @@ def _session(spec: JobSpec) -> DispatchSession:
     ):
         if not value:
             raise Problem(what)
-    assert connection.base_url is not None
-    assert connection.client_secret is not None
     try:
-        return DispatchSession(
-            connection.base_url,
-            client_secret=connection.client_secret,
-            account=connection.account,
-            timeout=connection.timeout,
-            retry=RetryPolicy(attempts=connection.attempts, max_time=connection.max_retry_time),
+        return connection.session(
             requests_per_second=connection.rate,
             chunk_size=batching.chunk_size,
             max_concurrency=batching.concurrency,

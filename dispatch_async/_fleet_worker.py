@@ -37,7 +37,6 @@ from ._fleet_queue import (
 )
 from ._models import DispatchResult, Fallback
 from ._redis import DEFAULT_KEY_PREFIX
-from ._retry import RetryPolicy
 from ._session import DispatchSession
 
 __all__ = ["WorkerConfig", "run_worker", "send_chunk", "worker_settings"]
@@ -128,12 +127,7 @@ def _session(config: WorkerConfig) -> DispatchSession:
         if connection.rate
         else None
     )
-    return DispatchSession(
-        connection.base_url,
-        client_secret=connection.client_secret,
-        account=connection.account,
-        timeout=connection.timeout,
-        retry=RetryPolicy(attempts=connection.attempts, max_time=connection.max_retry_time),
+    return connection.session(
         token_store=RedisTokenStore(config.queue_url, key_prefix=config.key_prefix),
         rate_limiter=limiter,
     )
