@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -37,9 +38,9 @@ class Plan:
     """How much to measure; the defaults fit the whole run in about seven minutes."""
 
     sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)
-    reps: dict[int, int] = field(default_factory=lambda: {10_000: 9, 100_000: 7, 1_000_000: 5})
-    grid_n: int = 200_000
-    grid_reps: int = 2
+    reps: dict[int, int] = field(default_factory=lambda: {10_000: 9, 100_000: 9, 1_000_000: 7})
+    grid_n: int = 100_000
+    grid_reps: int = 3
     chunk_sizes: tuple[int, ...] = (100, 500, 1000, 5000)
     concurrencies: tuple[int, ...] = (1, 4, 8, 32)
     stream_n: int = 1_000_000
@@ -170,6 +171,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]], n: int) -> dict[str, Any]:
             "throughput": spread([n / r["wall"] for r in items]),
             "server_busy": spread([r["server_cpu"] / r["wall"] for r in items]),
             "server_cpu_per_100k": spread([r["server_cpu"] / n * 100_000 for r in items]),
+            "first_call_cpu": spread([r["first_call_cpu"] for r in items]),
             "raw": items,
         }
     pairs = list(zip(runs["sdk"], runs["baseline"], strict=True))
@@ -324,232 +326,235 @@ def phase_startup(plan: Plan) -> dict[str, Any]:
 
 # -- the table -----------------------------------------------------------------------
 
-
-def fmt_spread(s: dict[str, float], unit: str = "", digits: int = 3, scale: float = 1.0) -> str:
-    m, lo, hi = s["median"] * scale, s["min"] * scale, s["max"] * scale
-    if digits == 0:
-        return f"{m:,.0f}{unit} ({lo:,.0f}-{hi:,.0f})"
-    return f"{m:.{digits}f}{unit} ({lo:.{digits}f}-{hi:.{digits}f})"
+Row = list[str]
 
 
-def verdict(ok: bool) -> str:
-    return "pass" if ok else "MISS"
+def rng(s: dict[str, float], fmt: str = "{:.3f}", scale: float = 1.0) -> str:
+    """``median (min-max)``."""
+    m, lo, hi = (s[k] * scale for k in ("median", "min", "max"))
+    return f"{fmt.format(m)} ({fmt.format(lo)}-{fmt.format(hi)})"
 
 
-def table(results: dict[str, Any]) -> list[list[str]]:
-    """[figure, value, target, pass/miss] rows."""
-    rows: list[list[str]] = []
-    overhead = results["overhead"]
-    # The targets name 100k and 1M, the two largest sizes of the plan.
+def row(figure: str, value: str, target: str = "", ok: bool | None = None) -> Row:
+    return [figure, value, target, "" if ok is None else ("pass" if ok else "MISS")]
+
+
+def size_label(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
+
+
+def overhead_rows(overhead: dict[str, Any]) -> list[Row]:
+    rows = []
+    # The targets name 100k and 1M: the two largest sizes of the plan.
     for key in sorted(overhead, key=int)[-2:]:
-        o, n = overhead[key], int(key)
-        label = f"{n // 1000}k" if n < 1_000_000 else f"{n // 1_000_000}M"
-        rows.append(
-            [f"{label}: client CPU s/100k, SDK", fmt_spread(o["sdk"]["cpu_per_100k"]), "", ""]
-        )
-        rows.append(
-            [
-                f"{label}: client CPU s/100k, baseline",
-                fmt_spread(o["baseline"]["cpu_per_100k"]),
-                "",
-                "",
-            ]
-        )
-        rows.append(
-            [
+        o, label = overhead[key], size_label(int(key))
+        sdk, base = o["sdk"], o["baseline"]
+        rows += [
+            row(f"{label}: client CPU s/100k, SDK", rng(sdk["cpu_per_100k"])),
+            row(f"{label}: client CPU s/100k, baseline", rng(base["cpu_per_100k"])),
+            row(
                 f"{label}: CPU ratio SDK/baseline",
-                f"{o['cpu_ratio']:.2f}x (pairs {fmt_spread(o['cpu_ratio_pairs'], digits=2)[5:].strip()})",
+                f"{o['cpu_ratio']:.2f}x; pairs {rng(o['cpu_ratio_pairs'], '{:.2f}')}",
                 "<= 1.25x",
-                verdict(o["cpu_ratio"] <= 1.25),
-            ]
-        )
-        rows.append(
-            [f"{label}: throughput/s, SDK", fmt_spread(o["sdk"]["throughput"], digits=0), "", ""]
-        )
-        rows.append(
-            [
-                f"{label}: throughput/s, baseline",
-                fmt_spread(o["baseline"]["throughput"], digits=0),
-                "",
-                "",
-            ]
-        )
-        rows.append(
-            [
+                o["cpu_ratio"] <= 1.25,
+            ),
+            row(f"{label}: throughput/s, SDK", rng(sdk["throughput"], "{:,.0f}")),
+            row(f"{label}: throughput/s, baseline", rng(base["throughput"], "{:,.0f}")),
+            row(
                 f"{label}: throughput ratio SDK/baseline",
-                f"{o['throughput_ratio']:.2f}x (pairs "
-                f"{fmt_spread(o['throughput_ratio_pairs'], digits=2)[5:].strip()})",
+                f"{o['throughput_ratio']:.2f}x; pairs {rng(o['throughput_ratio_pairs'], '{:.2f}')}",
                 ">= 0.95x",
-                verdict(o["throughput_ratio"] >= 0.95),
-            ]
-        )
-        rows.append(
-            [
-                f"{label}: server busy during runs (SDK / baseline)",
-                f"{o['sdk']['server_busy']['median']:.0%} / {o['baseline']['server_busy']['median']:.0%}",
+                o["throughput_ratio"] >= 0.95,
+            ),
+            row(
+                f"{label}: server CPU busy, SDK / baseline runs",
+                f"{sdk['server_busy']['median']:.0%} / {base['server_busy']['median']:.0%}",
                 "info",
-                "",
-            ]
-        )
-    s = results.get("server")
-    if s:
-        rows.append(
-            [
-                "server alone: CPU s/100k (capacity/s on one core)",
-                f"{s['server_cpu_per_100k']['median']:.3f} ({s['capacity']['median']:,.0f}/s)",
-                "info",
-                "",
-            ]
-        )
-        rows.append(
-            [
-                "server alone: raw client at concurrency 32, /s",
-                fmt_spread(s["throughput"], digits=0),
-                "info",
-                "",
-            ]
-        )
-    per = {n: o["sdk"]["cpu_per_100k"]["median"] / 100_000 * 1e6 for n, o in overhead.items()}
-    if per:
-        flat = max(per.values()) / min(per.values()) - 1
-        shown = ", ".join(f"{int(n):,}: {v:.2f}" for n, v in per.items())
-        rows.append(["SDK CPU us/recipient by size", shown, "", ""])
-        base = ", ".join(
-            f"{int(n):,}: {o['baseline']['cpu_per_100k']['median'] / 100_000 * 1e6:.2f}"
-            for n, o in overhead.items()
-        )
-        rows.append(["baseline CPU us/recipient by size", base, "info", ""])
-        rows.append(
-            [
-                "SDK CPU/recipient spread (max/min - 1)",
-                f"{flat:.1%}",
-                "<= 15%",
-                verdict(flat <= 0.15),
-            ]
-        )
-    g = results.get("grid")
-    if g:
-        cells = g["cells"]
-        best = max(cells.values(), key=lambda c: c["throughput"]["median"])
-        default = cells.get("1000x8")
-        rows.append(
-            [
-                "grid: best chunk_size x concurrency",
-                f"{best['chunk_size']}x{best['concurrency']}: {best['throughput']['median']:,.0f}/s",
-                "info",
-                "",
-            ]
-        )
-        if default:
-            share = default["throughput"]["median"] / best["throughput"]["median"]
-            rows.append(
-                [
-                    "grid: default 1000x8 vs best",
-                    f"{default['throughput']['median']:,.0f}/s ({share:.0%} of best)",
-                    "info",
-                    "",
-                ]
-            )
-    m = results.get("memory")
-    if m:
-        rows.append(
-            [
-                f"stream {m['stream_n']:,}: peak RSS rise MB",
-                fmt_spread(m["stream_rise_mb"], " MB", 1),
-                "<= 64 MB",
-                verdict(m["stream_rise_mb"]["max"] <= 64),
-            ]
-        )
-        kept = m["retained_per_recipient"]
-        rows.append(
-            [
-                f"aggregated {m['retained_n']:,}: retained B/recipient, SDK",
-                f"{kept['sdk']:.0f}",
-                "<= 300",
-                verdict(kept["sdk"] <= 300),
-            ]
-        )
-        rows.append(
-            [
-                "  same, baseline (two lists of answer dicts)",
-                f"{kept['baseline']:.0f}",
-                "info",
-                "",
-            ]
-        )
-    t = results.get("tokens")
-    if t:
-        b = t["burst"]
-        calls = b["server"].get("token_calls", b["client"]["token_calls"])
-        rows.append(
-            [
-                f"token calls, {b['sends']:,} concurrent sends (server/client count)",
-                f"{calls} / {b['client']['token_calls']}",
-                "== 1",
-                verdict(calls == 1 and b["client"]["token_calls"] == 1),
-            ]
-        )
-        s_ = t["soak"]
-        srv = s_["server"]
-        rows.append(
-            [
-                f"token calls, {s_['seconds']:.0f}s at {s_['lifetime']:g}s lifetime",
-                f"{srv.get('token_calls', s_['client']['token_calls'])} "
-                f"(expected ~{s_['expected_calls']}; {s_['client']['recipients']:,} sent)",
-                "info",
-                "",
-            ]
-        )
-        expired = srv.get("expired_token_uses", 0)
-        refused = srv.get("unauthorized", s_["client"]["unauthorized"])
-        rows.append(
-            [
-                "  expired tokens used / 401s / failed",
-                f"{expired} / {refused} / {s_['client']['failed']}",
-                "0 / 0 / 0",
-                verdict(expired == 0 and refused == 0 and s_["client"]["failed"] == 0),
-            ]
-        )
-    st = results.get("startup")
-    if st:
-        rows.append(
-            [
-                "import ms: dispatch_async / aiohttp",
-                f"{st['dispatch_async']['median'] * 1000:.0f} / {st['aiohttp']['median'] * 1000:.0f}",
-                "",
-                "",
-            ]
-        )
-        rows.append(["import ratio", f"{st['ratio']:.2f}x", "<= 1.5x", verdict(st["ratio"] <= 1.5)])
+            ),
+        ]
     return rows
 
 
-def render(rows: list[list[str]]) -> str:
+def scaling_rows(overhead: dict[str, Any]) -> list[Row]:
+    def per(client: str) -> dict[int, float]:
+        return {
+            int(n): o[client]["cpu_per_100k"]["median"] / 100_000 * 1e6 for n, o in overhead.items()
+        }
+
+    sdk, base = per("sdk"), per("baseline")
+    if not sdk:
+        return []
+    spread_ = max(sdk.values()) / min(sdk.values()) - 1
+    smallest = overhead[min(overhead, key=int)]
+    first = smallest["sdk"]["raw"][0]["warm_n"]
+    return [
+        row(
+            f"first call ({first:,} recipients, token, connections), CPU ms SDK / baseline",
+            f"{smallest['sdk']['first_call_cpu']['median'] * 1000:.0f} / "
+            f"{smallest['baseline']['first_call_cpu']['median'] * 1000:.0f}",
+            "info",
+        ),
+        row(
+            "SDK CPU us/recipient by size",
+            ", ".join(f"{size_label(n)} {v:.2f}" for n, v in sorted(sdk.items())),
+        ),
+        row(
+            "baseline CPU us/recipient by size",
+            ", ".join(f"{size_label(n)} {v:.2f}" for n, v in sorted(base.items())),
+            "info",
+        ),
+        row("SDK CPU/recipient: max/min - 1", f"{spread_:.0%}", "<= 15%", spread_ <= 0.15),
+    ]
+
+
+def server_rows(s: dict[str, Any]) -> list[Row]:
+    return [
+        row(
+            "server alone: CPU s/100k (capacity, one core)",
+            f"{s['server_cpu_per_100k']['median']:.3f} ({s['capacity']['median']:,.0f}/s)",
+            "info",
+        ),
+        row(
+            f"server alone: baseline at concurrency 32, {size_label(s['n'])}/s",
+            rng(s["throughput"], "{:,.0f}"),
+            "info",
+        ),
+    ]
+
+
+def grid_rows(g: dict[str, Any]) -> list[Row]:
+    cells = g["cells"]
+    best = max(cells.values(), key=lambda c: c["throughput"]["median"])
+    rows = [
+        row(
+            "grid: fastest chunk_size x concurrency",
+            f"{best['chunk_size']}x{best['concurrency']}: {best['throughput']['median']:,.0f}/s",
+            "info",
+        )
+    ]
+    default = cells.get("1000x8")
+    if default:
+        share = default["throughput"]["median"] / best["throughput"]["median"]
+        rows.append(
+            row(
+                "grid: default 1000x8",
+                f"{default['throughput']['median']:,.0f}/s ({share:.0%} of fastest)",
+                "info",
+            )
+        )
+    return rows
+
+
+def memory_rows(m: dict[str, Any]) -> list[Row]:
+    kept = m["retained_per_recipient"]
+    return [
+        row(
+            f"stream {size_label(m['stream_n'])}: peak RSS rise, MB",
+            rng(m["stream_rise_mb"], "{:.1f}"),
+            "<= 64 MB",
+            m["stream_rise_mb"]["max"] <= 64,
+        ),
+        row(
+            f"aggregated {size_label(m['retained_n'])}: retained B/recipient, SDK",
+            f"{kept['sdk']:.0f}",
+            "<= 300",
+            kept["sdk"] <= 300,
+        ),
+        row("  same, baseline (its two lists of answer dicts)", f"{kept['baseline']:.0f}", "info"),
+    ]
+
+
+def token_rows(t: dict[str, Any]) -> list[Row]:
+    burst, soak = t["burst"], t["soak"]
+    calls = burst["server"].get("token_calls", -1)
+    seen = soak["server"]
+    expired = seen.get("expired_token_uses", -1)
+    refused = seen.get("unauthorized", -1)
+    failed = soak["client"]["failed"]
+    return [
+        row(
+            f"token calls, {burst['sends']:,} concurrent sends (server/client)",
+            f"{calls} / {burst['client']['token_calls']}",
+            "== 1",
+            calls == 1 and burst["client"]["token_calls"] == 1,
+        ),
+        row(
+            f"token calls, {soak['seconds']:.0f}s run at {soak['lifetime']:g}s lifetime",
+            f"{seen.get('token_calls', -1)} (~{soak['expected_calls']} expected; "
+            f"{soak['client']['recipients']:,} recipients sent)",
+            "info",
+        ),
+        row(
+            "  expired tokens used / 401s / failed",
+            f"{expired} / {refused} / {failed}",
+            "0 / 0 / 0",
+            expired == 0 and refused == 0 and failed == 0,
+        ),
+    ]
+
+
+def startup_rows(st: dict[str, Any]) -> list[Row]:
+    return [
+        row("import dispatch_async, ms", rng(st["dispatch_async"], "{:.0f}", 1000)),
+        row("import aiohttp, ms", rng(st["aiohttp"], "{:.0f}", 1000)),
+        row("import ratio", f"{st['ratio']:.2f}x", "<= 1.5x", st["ratio"] <= 1.5),
+    ]
+
+
+def table(results: dict[str, Any]) -> list[Row]:
+    """[figure, value, target, pass/MISS] rows for whatever phases ran."""
+    rows: list[Row] = []
+    if results.get("overhead"):
+        rows += overhead_rows(results["overhead"])
+    if results.get("server"):
+        rows += server_rows(results["server"])
+    if results.get("overhead"):
+        rows += scaling_rows(results["overhead"])
+    if results.get("grid"):
+        rows += grid_rows(results["grid"])
+    if results.get("memory"):
+        rows += memory_rows(results["memory"])
+    if results.get("tokens"):
+        rows += token_rows(results["tokens"])
+    if results.get("startup"):
+        rows += startup_rows(results["startup"])
+    return rows
+
+
+def render(rows: list[Row]) -> str:
     header = ["figure", "value: median (min-max)", "target", "result"]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    line = "-+-".join("-" * w for w in widths)
-    out = [" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)), line]
-    out += [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(out)
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]
+    ]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def render_grid(grid: dict[str, Any]) -> str:
     cells = grid["cells"]
     chunks = sorted({c["chunk_size"] for c in cells.values()})
     conc = sorted({c["concurrency"] for c in cells.values()})
-    head = "chunk \\ concurrency".ljust(20) + "".join(f"{k:>18}" for k in conc)
     lines = [
-        f"SDK throughput, recipients/s ({grid['n']:,} recipients, median of {grid['reps']})",
-        head,
+        f"SDK throughput in recipients/s, and client CPU s/100k in brackets "
+        f"({grid['n']:,} recipients, median of {grid['reps']}):",
+        "chunk_size \\ concurrency" + "".join(f"{k:>20}" for k in conc),
     ]
     for c in chunks:
-        row = f"{c:<20}"
-        for k in conc:
-            cell = cells[f"{c}x{k}"]
-            row += f"{cell['throughput']['median']:>12,.0f} ({cell['cpu_per_100k']['median']:.2f})"
-        lines.append(row)
-    lines.append("(in brackets: client CPU s per 100k recipients)")
+        cells_text = (
+            f"{cells[f'{c}x{k}']['throughput']['median']:>12,.0f} "
+            f"({cells[f'{c}x{k}']['cpu_per_100k']['median']:.2f})"
+            for k in conc
+        )
+        lines.append(f"{c:<24}" + "".join(f"{t:>20}" for t in cells_text))
     return "\n".join(lines)
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 # -- main ----------------------------------------------------------------------------
@@ -576,7 +581,9 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
+            "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
         },
+        "versions": {name: _version(name) for name in ("dispatch-async", "aiohttp", "orjson")},
         "quick": args.quick,
         "settings": {"chunk_size": 1000, "concurrency": 8, "endpoint": "/api/v3/template"},
     }
@@ -606,11 +613,13 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{results['elapsed_seconds']:.0f}s in all"
         + (" (--quick: not comparable)" if args.quick else "")
     )
+    text = json.dumps(results, indent=2)
     output = args.output
     if output is None:
         RESULTS.mkdir(exist_ok=True)
         output = RESULTS / time.strftime("bench-%Y%m%d-%H%M%S.json")
-    output.write_text(json.dumps(results, indent=2))
+        (RESULTS / "latest.json").write_text(text)
+    output.write_text(text)
     print(f"written to {output}")
     return 0
 

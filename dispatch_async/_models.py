@@ -92,11 +92,16 @@ _T = TypeVar("_T")
 
 
 class _Pairs(Sequence[_T], Generic[_T]):
-    """A read-only sequence of ``make(a, b)`` over two parallel lists, built on access."""
+    """A read-only sequence of ``make(a, b)`` over two parallel sequences, built on access.
+
+    A chunk's parts hold tuples: once the garbage collector has seen that a tuple holds
+    only strings it stops tracking it, where a million-recipient job's lists of ids
+    would be scanned again by every older-generation collection until the job ends.
+    """
 
     __slots__ = ("_first", "_make", "_second")
 
-    def __init__(self, make: type[_T], first: list[str], second: list[str]) -> None:
+    def __init__(self, make: type[_T], first: Sequence[str], second: Sequence[str]) -> None:
         self._make = make
         self._first = first
         self._second = second
@@ -118,7 +123,11 @@ class _Pairs(Sequence[_T], Generic[_T]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, _Pairs):
-            return (self._first, self._second) == (other._first, other._second)
+            # list() because a tuple never equals a list with the same items.
+            return (list(self._first), list(self._second)) == (
+                list(other._first),
+                list(other._second),
+            )
         if isinstance(other, Sequence):
             return list(self) == list(other)
         return NotImplemented
@@ -131,13 +140,13 @@ class _Pairs(Sequence[_T], Generic[_T]):
         return f"[{shown}{more}]"
 
 
-def valid_messages(ids: list[str], numbers: list[str]) -> Sequence[ValidMessage]:
-    """Accepted recipients as a sequence, from parallel id and number lists."""
+def valid_messages(ids: Sequence[str], numbers: Sequence[str]) -> Sequence[ValidMessage]:
+    """Accepted recipients as a sequence, from parallel id and number sequences."""
     return _Pairs(ValidMessage, ids, numbers)
 
 
-def invalid_messages(numbers: list[str], reasons: list[str]) -> Sequence[InvalidMessage]:
-    """Rejected recipients as a sequence, from parallel number and reason lists."""
+def invalid_messages(numbers: Sequence[str], reasons: Sequence[str]) -> Sequence[InvalidMessage]:
+    """Rejected recipients as a sequence, from parallel number and reason sequences."""
     return _Pairs(InvalidMessage, numbers, reasons)
 
 
@@ -214,8 +223,9 @@ def merge_results(
         positions = range(ordered[0].positions.start if ordered else 0, end)
     return DispatchResult(
         positions,
-        valid_messages(ids, valid_numbers),
-        invalid_messages(invalid_numbers, reasons),
+        # Tuples, for the garbage collector (see _Pairs); the copy is a memcpy.
+        valid_messages(tuple(ids), tuple(valid_numbers)),
+        invalid_messages(tuple(invalid_numbers), tuple(reasons)),
         failed,
         unexpected,
         requests,

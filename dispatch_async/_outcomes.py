@@ -1,8 +1,8 @@
 """Deciding what happened to each recipient of a chunk, from the answer or the error.
 
 An answer is matched back to what was sent by number. A well-behaved service echoes
-every number once, and that case is checked in bulk (C-speed list comparisons
-and sorts). Anything else goes through the careful path: numbers in another
+every number once, and that case is checked in bulk (list searches and comparisons
+in C). Anything else goes through the careful path: numbers in another
 format (digits only), duplicates, entries missing an id, recipients the answer
 forgot (failed, maybe sent) and entries that match nothing we sent (``unexpected``).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections import defaultdict, deque
-from collections.abc import Mapping
+from collections import Counter, defaultdict, deque
+from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -83,14 +83,18 @@ def answered(chunk: Chunk, data: Any, *, requests: int = 1, retries: int = 0) ->
 
 def _quick_match(
     chunk: Chunk, valid: list[Any], invalid: list[Any]
-) -> tuple[list[str], list[str], list[str], list[str]] | None:
-    """The lists to keep if the answer names exactly the numbers sent, as sent; else None."""
+) -> tuple[tuple[str, ...], tuple[str, ...], list[str], list[str]] | None:
+    """What to keep if the answer names exactly the numbers sent, as sent; else None.
+
+    The ids and numbers are tuples: the part keeps them until the job's end, and the
+    garbage collector stops tracking a tuple of strings (see ``_Pairs``).
+    """
     if chunk.given is not None:
         return None
     try:
         # map + itemgetter raise exactly what m["id"] would (KeyError, TypeError).
-        ids = list(map(_ID, valid))
-        valid_numbers = list(map(_NUMBER, valid))
+        ids = tuple(map(_ID, valid))
+        valid_numbers = tuple(map(_NUMBER, valid))
         invalid_numbers = list(map(_NUMBER, invalid))
         reasons = list(map(_REASON, invalid))
         # str.join type-checks a whole list in C: it raises unless every item is a str.
@@ -103,13 +107,39 @@ def _quick_match(
     if "" in ids:
         return None
     sent = list(map(_NUMBER, chunk.messages))
-    returned = valid_numbers + invalid_numbers if invalid_numbers else valid_numbers
-    # Usually the valid ones then the invalid ones, each in the order sent: the same
-    # multiset in another order. Sorted lists compare in C; Counter.__eq__ is a Python
-    # loop that cost more than all the rest of a chunk's matching.
-    if returned != sent and (len(returned) != len(sent) or sorted(returned) != sorted(sent)):
+    if len(valid_numbers) + len(invalid_numbers) != len(sent):
+        return None
+    if not (
+        _interleaved(sent, valid_numbers, invalid_numbers)
+        # Another order: compare as multisets. dict.__eq__ compares the counts in C,
+        # where Counter.__eq__ is a Python loop dearer than all the rest of the match.
+        or dict.__eq__(Counter([*valid_numbers, *invalid_numbers]), Counter(sent))
+    ):
         return None
     return ids, valid_numbers, invalid_numbers, reasons
+
+
+def _interleaved(sent: list[str], valid: Sequence[str], invalid: Sequence[str]) -> bool:
+    """Whether *sent* splits into *valid* and *invalid*, each in the order sent.
+
+    That is how a service answers when it keeps the order: checked in C by locating the
+    shorter list's numbers in *sent* (``list.index`` from the last hit on) and comparing
+    what is left with the other list. Any other answer gets False, never a wrong True.
+    """
+    few, many = (invalid, valid) if len(invalid) <= len(valid) else (valid, invalid)
+    if not few:
+        return list(many) == sent
+    rest: list[str] = []
+    at = 0
+    try:
+        for number in few:
+            found = sent.index(number, at)
+            rest += sent[at:found]
+            at = found + 1
+    except ValueError:
+        return False
+    rest += sent[at:]
+    return rest == list(many)
 
 
 def _careful_match(
