@@ -95,6 +95,14 @@ async def retrying(
     The last error is raised as it is. *on_retry* hears of each retry and its wait.
     """
     decide = should_retry or policy.should_retry
+    # Most requests succeed first time: only a retryable failure pays for backoff's
+    # machinery (building its decorator costs more than sending a small chunk's body).
+    try:
+        return await attempt()
+    except DispatchError as error:
+        if policy.attempts < 2 or not decide(error):
+            raise
+        first_failure = error
 
     def notify(details: Any) -> None:
         error = details["exception"]
@@ -103,9 +111,15 @@ async def retrying(
         if on_retry is not None:
             on_retry(error, wait)
 
-    # backoff picks its asyncio loop only for a coroutine *function*: handed a lambda that
-    # returns a coroutine, it would use the sync loop, which never sees the exception.
+    replayed = False
+
+    # A coroutine *function*, as backoff needs to pick its asyncio loop. Its first call
+    # replays the failure above, so backoff counts it and waits as for any failure.
     async def attempt_once() -> T:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            raise first_failure
         return await attempt()
 
     decorated = backoff.on_exception(

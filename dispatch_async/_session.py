@@ -429,7 +429,8 @@ class DispatchSession:
             )
             return failed(chunk, error, requests=flight.requests, retries=flight.retries)
         result = answered(chunk, data, requests=flight.requests, retries=flight.retries)
-        log.debug("chunk at position %d: %s", chunk.start, result.summary())
+        if log.isEnabledFor(logging.DEBUG):  # summary() is not free, and this runs per chunk
+            log.debug("chunk at position %d: %s", chunk.start, result.summary())
         return result
 
     async def _call(self, method: str, path: str, body: bytes | None, flight: Flight) -> Any:

@@ -15,8 +15,11 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import dispatch_async as da
+from dispatch_async._outcomes import _interleaved
 from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .conftest import TEMPLATE, numbers, session_for
@@ -419,3 +422,23 @@ class TestSummary:
             result.raise_for_failures()
         assert caught.value.result is result
         assert caught.value.maybe_sent is True
+
+
+class TestOrderCheck:
+    """The quick check that an answer is the sent list split in two, order kept."""
+
+    @given(st.lists(st.sampled_from("abcdef"), max_size=12), st.data())
+    def test_never_accepts_an_answer_that_does_not_account_for_every_number(
+        self, sent: list[str], data: st.DataObject
+    ) -> None:
+        valid = data.draw(st.lists(st.sampled_from("abcdefg"), max_size=12))
+        invalid = data.draw(st.lists(st.sampled_from("abcdefg"), max_size=12))
+        if _interleaved(sent, valid, invalid):
+            assert Counter(valid + invalid) == Counter(sent)
+
+    @given(st.lists(st.text(min_size=1, max_size=3), unique=True, max_size=20), st.data())
+    def test_accepts_any_order_keeping_split(self, sent: list[str], data: st.DataObject) -> None:
+        flags = data.draw(st.lists(st.booleans(), min_size=len(sent), max_size=len(sent)))
+        valid = [n for n, ok in zip(sent, flags, strict=True) if ok]
+        invalid = [n for n, ok in zip(sent, flags, strict=True) if not ok]
+        assert _interleaved(sent, valid, invalid)
