@@ -11,10 +11,12 @@ passes it cancels what is in flight and returns what it has.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
-from typing import Any, TypedDict, cast
+from typing import Any, ParamSpec, TypedDict, cast
 
 import attrs
 
@@ -30,7 +32,9 @@ from ._outcomes import failed
 from ._recipients import BadChunkError, Chunk, Recipients, check_shape, chunked
 from ._screen import Screen
 
-__all__ = ["BatchOptions", "BatchSettings", "Flight", "Job", "collect"]
+__all__ = ["BatchOptions", "BatchSettings", "Flight", "Job", "collected"]
+
+P = ParamSpec("P")
 
 log = logging.getLogger("dispatch_async")
 
@@ -241,14 +245,31 @@ def _outcome(
     raise error  # a bug: chunk tasks turn every other failure into a result
 
 
-async def collect(job: Job) -> DispatchResult:
-    """Run a job to the end and merge its parts; an abort carries the partial result."""
-    parts: list[DispatchResult] = []
-    try:
-        async for part in job.parts():
-            parts.append(part)
-    except DispatchError as error:
-        error.result = merge_results(parts)
-        raise
-    positions = range(job.total) if job.total is not None else None
-    return merge_results(parts, positions)
+def collected(
+    stream: Callable[P, AsyncGenerator[DispatchResult, None]],
+) -> Callable[P, Coroutine[Any, Any, DispatchResult]]:
+    """The ``send_*`` twin of a ``stream_*`` method: the same arguments, one merged result.
+
+    An error that stops the job carries the partial result (``error.result``).
+    """
+
+    async def send(*args: P.args, **kwargs: P.kwargs) -> DispatchResult:
+        parts: list[DispatchResult] = []
+        try:
+            async with contextlib.aclosing(stream(*args, **kwargs)) as stream_parts:
+                async for part in stream_parts:
+                    parts.append(part)
+        except DispatchError as error:
+            error.result = merge_results(parts)
+            raise
+        return merge_results(parts)
+
+    send.__signature__ = inspect.signature(stream).replace(  # type: ignore[attr-defined]
+        return_annotation="DispatchResult"
+    )
+    send.__name__ = stream.__name__.replace("stream_", "send_")
+    send.__qualname__ = stream.__qualname__.replace("stream_", "send_")
+    send.__doc__ = (stream.__doc__ or "").replace(", yielding a result per chunk", "").replace(
+        ", per chunk", ""
+    ) + "\n\nReturns one DispatchResult for every recipient, in input order."
+    return send

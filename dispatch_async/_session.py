@@ -16,7 +16,7 @@ import aiohttp
 import attrs
 
 from ._auth import Secret, Token, TokenKeeper
-from ._batch import BatchSettings, Flight, Job, collect
+from ._batch import BatchSettings, Flight, Job, collected
 from ._exceptions import (
     AuthenticationError,
     ConfigurationError,
@@ -185,24 +185,6 @@ class DispatchSession:
 
     # -- the endpoints -------------------------------------------------------------
 
-    async def send_template(
-        self,
-        recipients: Recipients,
-        *,
-        template_id: str,
-        campaign_name: str | None = None,
-        fallback: Fallback | Iterable[Fallback] | None = None,
-        callback: str | None = None,
-        webhook: str | None = None,
-        account: str | None = None,
-        **options: Unpack[BatchOptions],
-    ) -> DispatchResult:
-        """Send a template to every recipient (``POST /api/v3/template``)."""
-        fields = self._template_fields(
-            template_id, campaign_name, fallback, callback, webhook, account
-        )
-        return await collect(self._job(TEMPLATE, fields, recipients, options))
-
     def stream_template(
         self,
         recipients: Recipients,
@@ -215,26 +197,17 @@ class DispatchSession:
         account: str | None = None,
         **options: Unpack[BatchOptions],
     ) -> AsyncGenerator[DispatchResult, None]:
-        """Like ``send_template``, yielding one result per chunk as chunks complete."""
-        fields = self._template_fields(
-            template_id, campaign_name, fallback, callback, webhook, account
+        """Send a template (``POST /api/v3/template``), yielding a result per chunk."""
+        fields = envelope(
+            TEMPLATE,
+            account=account or self.account,
+            template_id=template_id,
+            campaign_name=campaign_name,
+            fallback=fallback,
+            callback=callback,
+            webhook=webhook,
         )
         return self._job(TEMPLATE, fields, recipients, options).parts()
-
-    async def send_basic(
-        self,
-        recipients: Recipients,
-        *,
-        text: str,
-        campaign_name: str | None = None,
-        fallback: Fallback | Iterable[Fallback] | None = None,
-        callback: str | None = None,
-        account: str | None = None,
-        **options: Unpack[BatchOptions],
-    ) -> DispatchResult:
-        """Send *text* to every recipient (``POST /api/v3/basic``)."""
-        fields = self._text_fields(BASIC, text, campaign_name, fallback, callback, account)
-        return await collect(self._job(BASIC, fields, recipients, options))
 
     def stream_basic(
         self,
@@ -247,24 +220,16 @@ class DispatchSession:
         account: str | None = None,
         **options: Unpack[BatchOptions],
     ) -> AsyncGenerator[DispatchResult, None]:
-        """Like ``send_basic``, yielding one result per chunk as chunks complete."""
-        fields = self._text_fields(BASIC, text, campaign_name, fallback, callback, account)
+        """Send *text* (``POST /api/v3/basic``), yielding a result per chunk."""
+        fields = envelope(
+            BASIC,
+            account=account or self.account,
+            text=text,
+            campaign_name=campaign_name,
+            fallback=fallback,
+            callback=callback,
+        )
         return self._job(BASIC, fields, recipients, options).parts()
-
-    async def send_single(
-        self,
-        recipients: Recipients,
-        *,
-        text: str,
-        campaign_name: str | None = None,
-        fallback: Fallback | Iterable[Fallback] | None = None,
-        callback: str | None = None,
-        account: str | None = None,
-        **options: Unpack[BatchOptions],
-    ) -> DispatchResult:
-        """Send *text* through ``POST /api/v3/single``: on the wire the same as basic."""
-        fields = self._text_fields(SINGLE, text, campaign_name, fallback, callback, account)
-        return await collect(self._job(SINGLE, fields, recipients, options))
 
     def stream_single(
         self,
@@ -277,28 +242,16 @@ class DispatchSession:
         account: str | None = None,
         **options: Unpack[BatchOptions],
     ) -> AsyncGenerator[DispatchResult, None]:
-        """Like ``send_single``, yielding one result per chunk as chunks complete."""
-        fields = self._text_fields(SINGLE, text, campaign_name, fallback, callback, account)
-        return self._job(SINGLE, fields, recipients, options).parts()
-
-    async def send_webhook(
-        self,
-        recipients: Recipients,
-        *,
-        webhook: str,
-        text: str | None = None,
-        template_id: str | None = None,
-        campaign_name: str | None = None,
-        fallback: Fallback | Iterable[Fallback] | None = None,
-        callback: str | None = None,
-        account: str | None = None,
-        **options: Unpack[BatchOptions],
-    ) -> DispatchResult:
-        """Send with the service reporting to *webhook* (``POST /api/v3/webhook``)."""
-        fields = self._webhook_fields(
-            webhook, text, template_id, campaign_name, fallback, callback, account
+        """Send *text* (``POST /api/v3/single``, on the wire the same as basic), per chunk."""
+        fields = envelope(
+            SINGLE,
+            account=account or self.account,
+            text=text,
+            campaign_name=campaign_name,
+            fallback=fallback,
+            callback=callback,
         )
-        return await collect(self._job(WEBHOOK, fields, recipients, options))
+        return self._job(SINGLE, fields, recipients, options).parts()
 
     def stream_webhook(
         self,
@@ -313,68 +266,8 @@ class DispatchSession:
         account: str | None = None,
         **options: Unpack[BatchOptions],
     ) -> AsyncGenerator[DispatchResult, None]:
-        """Like ``send_webhook``, yielding one result per chunk as chunks complete."""
-        fields = self._webhook_fields(
-            webhook, text, template_id, campaign_name, fallback, callback, account
-        )
-        return self._job(WEBHOOK, fields, recipients, options).parts()
-
-    async def list_templates(self) -> Any:
-        """The account's templates (``GET /api/v3/templates``), as the service's JSON."""
-        return await retrying(
-            self.retry, lambda: self._call("GET", "/api/v3/templates", None, Flight())
-        )
-
-    # -- internals -----------------------------------------------------------------
-
-    def _template_fields(
-        self,
-        template_id: str,
-        campaign_name: str | None,
-        fallback: Fallback | Iterable[Fallback] | None,
-        callback: str | None,
-        webhook: str | None,
-        account: str | None,
-    ) -> Envelope:
-        return envelope(
-            TEMPLATE,
-            account=account or self.account,
-            template_id=template_id,
-            campaign_name=campaign_name,
-            fallback=fallback,
-            callback=callback,
-            webhook=webhook,
-        )
-
-    def _text_fields(
-        self,
-        endpoint: Endpoint,
-        text: str,
-        campaign_name: str | None,
-        fallback: Fallback | Iterable[Fallback] | None,
-        callback: str | None,
-        account: str | None,
-    ) -> Envelope:
-        return envelope(
-            endpoint,
-            account=account or self.account,
-            text=text,
-            campaign_name=campaign_name,
-            fallback=fallback,
-            callback=callback,
-        )
-
-    def _webhook_fields(
-        self,
-        webhook: str,
-        text: str | None,
-        template_id: str | None,
-        campaign_name: str | None,
-        fallback: Fallback | Iterable[Fallback] | None,
-        callback: str | None,
-        account: str | None,
-    ) -> Envelope:
-        return envelope(
+        """Send with the service reporting to *webhook* (``POST /api/v3/webhook``), per chunk."""
+        fields = envelope(
             WEBHOOK,
             account=account or self.account,
             webhook=webhook,
@@ -384,6 +277,21 @@ class DispatchSession:
             fallback=fallback,
             callback=callback,
         )
+        return self._job(WEBHOOK, fields, recipients, options).parts()
+
+    # Each send_* takes exactly what its stream_* takes, and merges the parts into one result.
+    send_template = collected(stream_template)
+    send_basic = collected(stream_basic)
+    send_single = collected(stream_single)
+    send_webhook = collected(stream_webhook)
+
+    async def list_templates(self) -> Any:
+        """The account's templates (``GET /api/v3/templates``), as the service's JSON."""
+        return await retrying(
+            self.retry, lambda: self._call("GET", "/api/v3/templates", None, Flight())
+        )
+
+    # -- internals -----------------------------------------------------------------
 
     def _job(
         self,
