@@ -21,9 +21,9 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import attrs
 
@@ -40,10 +40,13 @@ from ._cli_journal import (
 from ._cli_progress import NoteHandler, Progress, Tally, make_progress, render_summary
 from ._exceptions import AuthenticationError, DispatchError, InputError
 from ._models import DispatchResult, Fallback
-from ._recipients import Chunk
+from ._recipients import Chunk, Recipients
 from ._retry import RetryPolicy
 from ._screen import DUPLICATE, Screen
 from ._session import DispatchSession
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "Batching",
@@ -104,6 +107,51 @@ class Target:
             return f"template {self.template_id!r}"
         text = self.text or ""
         return f"text {text[:40] + '...' if len(text) > 40 else text!r}"
+
+    def stream(
+        self,
+        session: DispatchSession,
+        messages: Recipients,
+        account: str | None = None,
+        **options: Unpack[BatchOptions],
+    ) -> AsyncGenerator[DispatchResult, None]:
+        """``session.stream_<endpoint>`` with this target's fields; raises InputError."""
+        fallback = Fallback.sms(self.fallback_sms) if self.fallback_sms is not None else None
+        match self.endpoint:
+            case "template":
+                return session.stream_template(
+                    messages,
+                    template_id=self.template_id or "",
+                    campaign_name=self.campaign_name,
+                    fallback=fallback,
+                    callback=self.callback,
+                    webhook=self.webhook,
+                    account=account,
+                    **options,
+                )
+            case "webhook":
+                return session.stream_webhook(
+                    messages,
+                    webhook=self.webhook or "",
+                    text=self.text,
+                    template_id=self.template_id,
+                    campaign_name=self.campaign_name,
+                    fallback=fallback,
+                    callback=self.callback,
+                    account=account,
+                    **options,
+                )
+            case "basic" | "single":
+                send = session.stream_basic if self.endpoint == "basic" else session.stream_single
+                return send(
+                    messages,
+                    text=self.text or "",
+                    campaign_name=self.campaign_name,
+                    fallback=fallback,
+                    callback=self.callback,
+                    account=account,
+                    **options,
+                )
 
 
 @attrs.frozen
@@ -671,50 +719,18 @@ def _open_input(spec: InputSpec) -> Rows:
 def _stream(
     session: DispatchSession, spec: JobSpec, messages: AsyncIterator[dict[str, Any]]
 ) -> AsyncIterator[DispatchResult]:
-    target = spec.target
     batching = spec.batching
-    options = BatchOptions(
-        chunk_size=batching.chunk_size,
-        max_concurrency=batching.concurrency,
-        dedupe=batching.dedupe,
-        prevalidate=batching.prevalidate,
-        region=batching.region,
-        deadline=batching.deadline,
-    )
-    fallback = Fallback.sms(target.fallback_sms) if target.fallback_sms is not None else None
     try:
-        match target.endpoint:
-            case "template":
-                return session.stream_template(
-                    messages,
-                    template_id=target.template_id or "",
-                    campaign_name=target.campaign_name,
-                    fallback=fallback,
-                    callback=target.callback,
-                    webhook=target.webhook,
-                    **options,
-                )
-            case "webhook":
-                return session.stream_webhook(
-                    messages,
-                    webhook=target.webhook or "",
-                    text=target.text,
-                    template_id=target.template_id,
-                    campaign_name=target.campaign_name,
-                    fallback=fallback,
-                    callback=target.callback,
-                    **options,
-                )
-            case "basic" | "single":
-                send = session.stream_basic if target.endpoint == "basic" else session.stream_single
-                return send(
-                    messages,
-                    text=target.text or "",
-                    campaign_name=target.campaign_name,
-                    fallback=fallback,
-                    callback=target.callback,
-                    **options,
-                )
+        return spec.target.stream(
+            session,
+            messages,
+            chunk_size=batching.chunk_size,
+            max_concurrency=batching.concurrency,
+            dedupe=batching.dedupe,
+            prevalidate=batching.prevalidate,
+            region=batching.region,
+            deadline=batching.deadline,
+        )
     except DispatchError as exc:
         raise Problem(str(exc)) from None
 

@@ -27,6 +27,7 @@ from ._redis import (
     redis_errors,
     require_redis,
 )
+from ._throttle import steady_limiter
 
 __all__ = ["RedisRateLimiter"]
 
@@ -134,9 +135,7 @@ class RedisRateLimiter:
     async def acquire(self) -> None:
         """Return when this process may send one request."""
         if self._pace is None:
-            from aiolimiter import AsyncLimiter
-
-            self._pace = AsyncLimiter(1, 1 / self.requests_per_second)
+            self._pace = steady_limiter(self.requests_per_second)
         await self._pace.acquire()
         failures = 0
         while True:
@@ -178,9 +177,7 @@ class RedisRateLimiter:
 
     def _local_limiter(self) -> Any:
         if self._local is None:
-            from aiolimiter import AsyncLimiter
-
-            self._local = AsyncLimiter(1, 1 / self.local_requests_per_second)
+            self._local = steady_limiter(self.local_requests_per_second)
         return self._local
 
     async def aclose(self) -> None:

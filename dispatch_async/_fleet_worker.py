@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import orjson
 
+from ._batch import collected
 from ._cli_input import Row
 from ._cli_job import Connection, Target
 from ._cli_journal import failed_record, invalid_record, sent_record
@@ -35,7 +36,7 @@ from ._fleet_queue import (
     malformed_records,
     queue_name,
 )
-from ._models import DispatchResult, Fallback
+from ._models import DispatchResult
 from ._redis import DEFAULT_KEY_PREFIX
 from ._session import DispatchSession
 
@@ -168,43 +169,16 @@ async def _send(ctx: dict[str, Any], keys: JobKeys, rows: list[Row]) -> Dispatch
     target = Target(**orjson.loads(meta[0]))
     account = meta[1].decode() or None if meta[1] else None
     messages = [r.message for r in rows if r.message is not None]
-    fallback = Fallback.sms(target.fallback_sms) if target.fallback_sms is not None else None
-    common: dict[str, Any] = {
-        "campaign_name": target.campaign_name,
-        "fallback": fallback,
-        "callback": target.callback,
-        "account": account,
-        "deadline": ctx["dispatch_deadline"],
-    }
     if not messages:
         return DispatchResult(range(0))
+    send = collected(target.stream)  # the send_* twin, with the partial result on errors
     try:
-        match target.endpoint:
-            case "template":
-                return await session.send_template(
-                    messages,
-                    template_id=target.template_id or "",
-                    webhook=target.webhook,
-                    **common,
-                )
-            case "webhook":
-                return await session.send_webhook(
-                    messages,
-                    webhook=target.webhook or "",
-                    text=target.text,
-                    template_id=target.template_id,
-                    **common,
-                )
-            case "basic":
-                return await session.send_basic(messages, text=target.text or "", **common)
-            case "single":
-                return await session.send_single(messages, text=target.text or "", **common)
+        return await send(session, messages, account=account, deadline=ctx["dispatch_deadline"])
     except DispatchError as error:
         # An abort (bad credentials): the partial result accounts for every recipient.
         if error.result is not None:
             return error.result
         raise
-    raise AssertionError(target.endpoint)
 
 
 def result_records(rows: list[Row], result: DispatchResult) -> list[bytes]:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["Limiter", "Throttle"]
+__all__ = ["Limiter", "Throttle", "steady_limiter"]
 
 
 class Limiter(Protocol):
@@ -29,6 +29,20 @@ class Limiter(Protocol):
         ...
 
 
+def steady_limiter(requests_per_second: float) -> Any:
+    """An aiolimiter limiter that lets one request through every 1/rate seconds.
+
+    One at a time, evenly spaced: no burst ever exceeds the rate in any window.
+    """
+    try:
+        from aiolimiter import AsyncLimiter
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        raise ConfigurationError(
+            'a request rate needs aiolimiter: pip install "dispatch-async[rate]"'
+        ) from None
+    return AsyncLimiter(1, 1 / requests_per_second)
+
+
 class Throttle:
     """Wait here before each request."""
 
@@ -41,14 +55,7 @@ class Throttle:
         if requests_per_second is not None:
             if not requests_per_second > 0:
                 raise ConfigurationError("requests_per_second must be a positive number")
-            try:
-                from aiolimiter import AsyncLimiter
-            except ImportError:  # pragma: no cover - depends on the installed extras
-                raise ConfigurationError(
-                    'requests_per_second needs the rate extra: pip install "dispatch-async[rate]"'
-                ) from None
-            # One request per 1/rate seconds: no burst ever exceeds the rate in any window.
-            self._limiter = AsyncLimiter(1, 1 / requests_per_second)
+            self._limiter = steady_limiter(requests_per_second)
 
     def pause(self, seconds: float) -> None:
         """Hold every request of the session for *seconds* from now."""
