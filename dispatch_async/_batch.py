@@ -109,6 +109,14 @@ class Job:
 
     async def parts(self) -> AsyncGenerator[DispatchResult, None]:
         """Each chunk's result as it completes; raises (after yielding all) if the job stops."""
+        done = 0
+        async with contextlib.aclosing(self._run()) as parts:
+            async for part in parts:
+                done += len(part.positions)
+                self._progress(done)
+                yield part
+
+    async def _run(self) -> AsyncGenerator[DispatchResult, None]:
         settings = self._settings
         loop = asyncio.get_running_loop()
         deadline_at = loop.time() + settings.deadline if settings.deadline else None
@@ -119,7 +127,6 @@ class Job:
         reading: asyncio.Task[Chunk | None] | None = None
         exhausted = False
         stop: DispatchError | None = None
-        done = 0
         try:
             while True:
                 expired = deadline_at is not None and loop.time() >= deadline_at
@@ -145,8 +152,6 @@ class Job:
                         await _cancelled(reading)
                         reading = None
                     for part in await self._cancel(running, "the deadline passed"):
-                        done += len(part.positions)
-                        self._progress(done)
                         yield part
                     continue
                 if reading in finished:
@@ -160,8 +165,9 @@ class Job:
                     except DispatchError as error:
                         stop = stop or error
                     except Exception as exc:  # the caller's iterator broke
-                        stop = stop or InputError(f"reading the recipients failed: {exc!r}")
-                        stop.__cause__ = stop.__cause__ or exc
+                        if stop is None:
+                            stop = InputError(f"reading the recipients failed: {exc!r}")
+                            stop.__cause__ = exc
                     else:
                         if chunk_read is None:
                             exhausted = True
@@ -174,8 +180,6 @@ class Job:
                     part, fatal = _outcome(sent, chunk, flight)
                     if fatal is not None and stop is None:
                         stop = fatal
-                    done += len(part.positions)
-                    self._progress(done)
                     yield part
             # What was read but never sent: not sent, and why.
             reason = stop or DeadlineExceededError("the deadline passed before this was sent")
@@ -185,10 +189,7 @@ class Job:
                 # after a deadline or an abort alike, so callers can retry from the result.
                 leftovers += [c async for c in self._chunks]
             for chunk in leftovers:
-                part = failed(chunk, reason)
-                done += len(part.positions)
-                self._progress(done)
-                yield part
+                yield failed(chunk, reason)
             if stop is not None:
                 raise stop
         finally:
