@@ -130,7 +130,6 @@ class TokenKeeper:
         self._fetching: asyncio.Task[Token] | None = None
         self._changed = asyncio.Event()
         self._background: asyncio.Task[None] | None = None
-        self.fetches = 0
 
     def __repr__(self) -> str:
         state = "none" if self._token is None else f"expires in {self._remaining():.0f}s"
@@ -180,17 +179,13 @@ class TokenKeeper:
 
     async def _fetch_and_keep(self) -> Token:
         if self._store is None:
-            token = await self._fetch_counted()
+            token = await self._fetch()
         else:
             token = await self._obtain_shared(self._store)
         self._token = token
         self._changed.set()
         log.debug("have an access token valid for %.0fs", token.lifetime)
         return token
-
-    async def _fetch_counted(self) -> Token:
-        self.fetches += 1
-        return await self._fetch()
 
     async def _obtain_shared(self, store: TokenStore) -> Token:
         """A token from *store* if it is not due for refresh, else fetched under its lock.
@@ -210,7 +205,7 @@ class TokenKeeper:
                         adopted = await self._adoptable(store)
                         if adopted is not None:
                             return adopted
-                        token = await self._fetch_counted()
+                        token = await self._fetch()
                         await self._save(store, token)
                         return token
                 if self._clock() >= give_up_at:
@@ -218,7 +213,7 @@ class TokenKeeper:
                         "no shared access token appeared within %.0fs; fetching one locally",
                         STORE_WAIT_MAX,
                     )
-                    return await self._fetch_counted()
+                    return await self._fetch()
                 # Another process holds the lock, so it is fetching: wait for its token.
                 poll_until = min(self._clock() + STORE_LOCK_WAIT, give_up_at)
                 while self._clock() < poll_until:
@@ -228,7 +223,7 @@ class TokenKeeper:
                         return adopted
         except TokenStoreUnavailable as exc:
             log.warning("the token store is unreachable (%s); fetching a token locally", exc)
-            return await self._fetch_counted()
+            return await self._fetch()
 
     async def _adoptable(self, store: TokenStore) -> Token | None:
         stored = await store.load()
