@@ -41,6 +41,8 @@ class Plan:
     reps: dict[int, int] = field(default_factory=lambda: {10_000: 9, 100_000: 9, 1_000_000: 7})
     grid_n: int = 100_000
     grid_reps: int = 3
+    cli_rows: int = 300_000
+    cli_reps: int = 5
     chunk_sizes: tuple[int, ...] = (100, 500, 1000, 5000)
     concurrencies: tuple[int, ...] = (1, 4, 8, 32)
     stream_n: int = 1_000_000
@@ -67,6 +69,8 @@ class Plan:
             soak_seconds=8.0,
             soak_lifetime=2.0,
             import_reps=3,
+            cli_rows=30_000,
+            cli_reps=2,
         )
 
 
@@ -313,6 +317,13 @@ def phase_tokens(plan: Plan) -> dict[str, Any]:
     }
 
 
+def phase_cli(plan: Plan, srv: Server) -> dict[str, Any]:
+    log(f"CLI vs script: {plan.cli_rows:,} CSV rows x {plan.cli_reps} interleaved pairs")
+    import cli
+
+    return cli.measure(srv.url, plan.cli_rows, plan.cli_reps)
+
+
 def phase_startup(plan: Plan) -> dict[str, Any]:
     log(f"start-up: import times x {plan.import_reps} interleaved")
     times: dict[str, list[float]] = {"aiohttp": [], "dispatch_async": []}
@@ -501,6 +512,28 @@ def startup_rows(st: dict[str, Any]) -> list[Row]:
     ]
 
 
+def cli_rows(c: dict[str, Any]) -> list[Row]:
+    label = f"CLI send vs script, {size_label(c['rows'])} rows"
+    return [
+        row(
+            f"{label}: CPU s, CLI / script",
+            f"{rng(c['cli']['cpu'], '{:.2f}')} / {rng(c['script']['cpu'], '{:.2f}')}",
+        ),
+        row(
+            f"{label}: CPU ratio",
+            f"{c['cpu_ratio']:.2f}x; pairs {rng(c['cpu_ratio_pairs'], '{:.2f}')}",
+            "<= 1.25x",
+            c["cpu_ratio"] <= 1.25,
+        ),
+        row(
+            f"{label}: wall ratio",
+            f"{c['wall_ratio']:.2f}x; pairs {rng(c['wall_ratio_pairs'], '{:.2f}')}",
+            "<= 1.2x",
+            c["wall_ratio"] <= 1.2,
+        ),
+    ]
+
+
 def table(results: dict[str, Any]) -> list[Row]:
     """[figure, value, target, pass/MISS] rows for whatever phases ran."""
     rows: list[Row] = []
@@ -516,6 +549,8 @@ def table(results: dict[str, Any]) -> list[Row]:
         rows += memory_rows(results["memory"])
     if results.get("tokens"):
         rows += token_rows(results["tokens"])
+    if results.get("cli"):
+        rows += cli_rows(results["cli"])
     if results.get("startup"):
         rows += startup_rows(results["startup"])
     return rows
@@ -559,7 +594,7 @@ def _version(distribution: str) -> str | None:
 
 # -- main ----------------------------------------------------------------------------
 
-PHASES = ("overhead", "server", "grid", "memory", "tokens", "startup")
+PHASES = ("overhead", "server", "grid", "memory", "cli", "tokens", "startup")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -597,6 +632,8 @@ def main(argv: list[str] | None = None) -> int:
             results["grid"] = phase_grid(plan, srv)
         if "memory" in phases:
             results["memory"] = phase_memory(plan, srv)
+        if "cli" in phases:
+            results["cli"] = phase_cli(plan, srv)
     if "tokens" in phases:
         results["tokens"] = phase_tokens(plan)
     if "startup" in phases:
