@@ -6,6 +6,7 @@ Start with ``DispatchSession``; ``dispatch_async.testing`` has a local simulator
 from ._batch import BatchOptions, BatchSettings
 from ._exceptions import (
     AuthenticationError,
+    CallbackError,
     ClientStatusError,
     ConfigurationError,
     ConnectError,
@@ -38,6 +39,7 @@ from ._models import (
     Recipient,
     ValidMessage,
 )
+from ._plan import PlannedChunk, plan
 from ._retry import RetryPolicy
 from ._session import DispatchSession
 from ._version import __version__
@@ -46,6 +48,7 @@ __all__ = [
     "AuthenticationError",
     "BatchOptions",
     "BatchSettings",
+    "CallbackError",
     "ClientStatusError",
     "ConfigurationError",
     "ConnectError",
@@ -62,6 +65,7 @@ __all__ = [
     "InvalidRecipientError",
     "MalformedResponseError",
     "MissingFromResponseError",
+    "PlannedChunk",
     "RateLimitedError",
     "Recipient",
     "RedirectError",
@@ -78,4 +82,5 @@ __all__ = [
     "UnauthorizedError",
     "ValidMessage",
     "__version__",
+    "plan",
 ]

@@ -15,13 +15,14 @@ import contextlib
 import inspect
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypedDict, cast
 
 import attrs
 
 from ._exceptions import (
     AuthenticationError,
+    CallbackError,
     ConfigurationError,
     DeadlineExceededError,
     DispatchError,
@@ -39,6 +40,8 @@ P = ParamSpec("P")
 log = logging.getLogger("dispatch_async")
 
 ProgressCallback = Callable[[int, int | None], object]
+#: Awaited with a chunk's input positions just before its request first leaves.
+BeforeSend = Callable[[range], Awaitable[object]]
 
 
 def _positive(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -58,6 +61,11 @@ class BatchSettings:
     """How a call is split and sent; every field can be overridden per call.
 
     ``chunk_size`` 1000 and ``max_concurrency`` 8 come from benchmarks/ (see README).
+    ``before_send`` is awaited with a chunk's input positions once its request is about
+    to leave (after the token and rate-limit waits): a write-ahead journal records there
+    what may reach the service, so after a crash at most ``max_concurrency`` chunks are
+    in doubt. If it raises, that chunk is not sent and the job stops with
+    ``CallbackError``.
     """
 
     chunk_size: int = attrs.field(default=1000, validator=_positive)
@@ -67,6 +75,7 @@ class BatchSettings:
     region: str | None = None
     deadline: float | None = attrs.field(default=None, validator=_optional_seconds)
     on_progress: ProgressCallback | None = None
+    before_send: BeforeSend | None = None
 
 
 class BatchOptions(TypedDict, total=False):
@@ -79,12 +88,17 @@ class BatchOptions(TypedDict, total=False):
     region: str | None
     deadline: float | None
     on_progress: ProgressCallback | None
+    before_send: BeforeSend | None
 
 
 @attrs.define
 class Flight:
-    """What the batcher must know of a chunk's requests if it has to cancel them."""
+    """What the batcher must know of a chunk's requests if it has to cancel them.
 
+    ``announce`` is awaited once, just before the first request leaves.
+    """
+
+    announce: Callable[[], Awaitable[object]] | None = None
     in_request: bool = False
     requests: int = 0
     retries: int = 0
@@ -132,7 +146,7 @@ class Job:
                 expired = deadline_at is not None and loop.time() >= deadline_at
                 while queued and len(running) < settings.max_concurrency and not (stop or expired):
                     chunk = self._screen.apply(queued.popleft())
-                    flight = Flight()
+                    flight = Flight(self._announcer(chunk.positions))
                     task = loop.create_task(self._send(chunk, flight))
                     running[task] = (chunk, flight)
                 may_read = not (reading or exhausted or stop or expired)
@@ -221,6 +235,12 @@ class Job:
         running.clear()
         return parts
 
+    def _announcer(self, positions: range) -> Callable[[], Awaitable[object]] | None:
+        before_send = self._settings.before_send
+        if before_send is None:
+            return None
+        return lambda: before_send(positions)
+
     def _progress(self, done: int) -> None:
         callback = self._settings.on_progress
         if callback is not None:
@@ -241,7 +261,7 @@ def _outcome(
     error = task.exception()
     if error is None:
         return task.result(), None
-    if isinstance(error, AuthenticationError):
+    if isinstance(error, AuthenticationError | CallbackError):
         return failed(chunk, error, requests=flight.requests, retries=flight.retries), error
     raise error  # a bug: chunk tasks turn every other failure into a result
 

@@ -23,6 +23,7 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     ├── MalformedResponseError                  a 200 that is not the documented shape
     ├── MissingFromResponseError                a 200 that leaves out a recipient we sent
     ├── DeadlineExceededError (also TimeoutError)
+    ├── CallbackError                           a callback you passed raised (the __cause__)
     └── FailedRecipientsError                   raise_for_failures() found failed recipients
 
 Every error has ``maybe_sent``: whether the service may have acted on the request that
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AuthenticationError",
+    "CallbackError",
     "ClientStatusError",
     "ConfigurationError",
     "ConnectError",
@@ -201,6 +203,13 @@ class MissingFromResponseError(DispatchError):
 
 class DeadlineExceededError(DispatchError, TimeoutError):
     """The job's overall deadline passed before this recipient's request finished."""
+
+
+class CallbackError(DispatchError):
+    """A callback the caller passed (``before_send``) raised; ``__cause__`` is its error.
+
+    The chunk it was called for was not sent, and the job stopped there.
+    """
 
 
 class FailedRecipientsError(DispatchError):

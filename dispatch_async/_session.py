@@ -19,6 +19,7 @@ from ._auth import Secret, Token, TokenKeeper
 from ._batch import BatchSettings, Flight, Job, collected
 from ._exceptions import (
     AuthenticationError,
+    CallbackError,
     ConfigurationError,
     DispatchError,
     SessionClosedError,
@@ -325,7 +326,7 @@ class DispatchSession:
                 lambda: self._call("POST", endpoint.path, body, flight),
                 on_retry=count_retry,
             )
-        except AuthenticationError:
+        except (AuthenticationError, CallbackError):
             raise
         except DispatchError as error:
             log.warning(
@@ -358,6 +359,12 @@ class DispatchSession:
             }
             if body is not None:
                 headers["Content-Type"] = "application/json"
+            if flight.announce is not None:
+                announce, flight.announce = flight.announce, None
+                try:
+                    await announce()
+                except Exception as exc:
+                    raise CallbackError("before_send raised; this chunk was not sent") from exc
             flight.in_request = True
             flight.requests += 1
             try:

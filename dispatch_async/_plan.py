@@ -1,0 +1,74 @@
+"""A dry run: the chunks a send would make, checked and screened, with nothing sent.
+
+It runs the batcher's own reading, checks and local screening (one implementation of
+each), so what it reports is what a send with the same options would do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ._batch import BatchSettings
+from ._models import InvalidMessage, invalid_messages
+from ._recipients import BadChunkError, Chunk, Recipients, check_shape, chunked
+from ._screen import Screen
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._batch import BatchOptions
+
+__all__ = ["PlannedChunk", "plan"]
+
+
+@attrs.frozen
+class PlannedChunk:
+    """One request a send would make.
+
+    ``positions`` are the chunk's input positions; ``numbers`` what would go on the wire
+    (E.164 with ``prevalidate``); ``refused`` the recipients screened out locally.
+    """
+
+    positions: range
+    numbers: Sequence[str]
+    refused: Sequence[InvalidMessage]
+
+
+async def plan(
+    recipients: Recipients, **options: Unpack[BatchOptions]
+) -> AsyncGenerator[PlannedChunk, None]:
+    """Check and screen *recipients* chunk by chunk as a send would; send nothing.
+
+    Takes the batcher options of a send (``chunk_size``, ``dedupe``, ``prevalidate``,
+    ``region``; the others have nothing to do without sending). A bad recipient raises
+    ``InvalidRecipientError`` as it would in a send: for a list before the first chunk,
+    for a stream after the chunks read before it.
+    """
+    settings = BatchSettings(**options)
+    check_shape(recipients)
+    screen = Screen(
+        dedupe=settings.dedupe, prevalidate=settings.prevalidate, region=settings.region
+    )
+    async with contextlib.aclosing(chunked(recipients, settings.chunk_size)) as chunks:
+        try:
+            async for chunk in chunks:
+                yield _planned(screen.apply(chunk))
+        except BadChunkError as error:
+            if error.before.size:
+                yield _planned(screen.apply(error.before))
+            raise
+
+
+def _planned(chunk: Chunk) -> PlannedChunk:
+    refused = chunk.rejected
+    return PlannedChunk(
+        chunk.positions,
+        tuple(message["number"] for message in chunk.messages),
+        invalid_messages(
+            tuple(number for number, _ in refused), tuple(reason for _, reason in refused)
+        ),
+    )
