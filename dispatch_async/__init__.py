@@ -40,7 +40,9 @@ from ._models import (
     ValidMessage,
 )
 from ._plan import PlannedChunk, plan
+from ._redis import DEFAULT_KEY_PREFIX
 from ._retry import RetryPolicy
+from ._screen import DUPLICATE as DUPLICATE_REASON
 from ._session import DispatchSession
 from ._version import __version__
 
@@ -53,6 +55,8 @@ __all__ = [
     "ConfigurationError",
     "ConnectError",
     "ConnectionLostError",
+    "DEFAULT_KEY_PREFIX",
+    "DUPLICATE_REASON",
     "DeadlineExceededError",
     "DispatchError",
     "DispatchResult",

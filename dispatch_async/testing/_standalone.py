@@ -63,9 +63,9 @@ def _fault_rate(text: str) -> tuple[int, float]:
         ) from None
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m dispatch_async.testing",
+        prog=prog,
         description="Run the dispatch API simulator until interrupted; prints its URL.",
     )
     parser.add_argument(
@@ -100,9 +100,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (default: ``sys.argv[1:]``) and serve until SIGINT/SIGTERM."""
-    parser = _parser()
+def main(
+    argv: Sequence[str] | None = None, *, prog: str = "python -m dispatch_async.testing"
+) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``) and serve until SIGINT/SIGTERM.
+
+    *prog* is the command's name in ``--help`` and usage errors.
+    """
+    parser = _parser(prog)
     args = parser.parse_args(argv)
     try:
         server = FakeDispatchServer(
