@@ -47,6 +47,8 @@ from ._session import DispatchSession
 from ._version import __version__
 
 __all__ = [
+    "DEFAULT_KEY_PREFIX",
+    "DUPLICATE_REASON",
     "AuthenticationError",
     "BatchOptions",
     "BatchSettings",
@@ -55,8 +57,6 @@ __all__ = [
     "ConfigurationError",
     "ConnectError",
     "ConnectionLostError",
-    "DEFAULT_KEY_PREFIX",
-    "DUPLICATE_REASON",
     "DeadlineExceededError",
     "DispatchError",
     "DispatchResult",

@@ -1096,6 +1096,7 @@ class TestPublicSurface:
             "Fault",
             "FaultKind",
             "ServerStats",
+            "main",
             "serve_forever",
         }
         assert all(hasattr(dispatch_async.testing, name) for name in exported)
