@@ -29,8 +29,6 @@ from ._exceptions import (
     TransportError,
     UnauthorizedError,
 )
-from ._fleet_rate import RedisRateLimiter
-from ._fleet_token import RedisTokenStore
 from ._models import (
     DispatchResult,
     FailedRecipient,
@@ -41,6 +39,8 @@ from ._models import (
 )
 from ._plan import PlannedChunk, plan
 from ._redis import DEFAULT_KEY_PREFIX
+from ._redis_rate_limiter import RedisRateLimiter
+from ._redis_token_store import RedisTokenStore
 from ._retry import RetryPolicy
 from ._screen import DUPLICATE as DUPLICATE_REASON
 from ._session import DispatchSession

@@ -1,6 +1,6 @@
 """The batcher: chunks of any input, sent concurrently, every recipient accounted for.
 
-One ``Job`` is one ``send_*`` or ``stream_*`` call. It reads the input lazily, holding
+One ``Batcher`` is one ``send_*`` or ``stream_*`` call. It reads the input lazily, holding
 at most ``max_concurrency`` chunks in flight and as many read ahead, so memory stays
 flat however long the input. Parts are yielded as chunks complete. When the job cannot
 go on (a rejected secret, a bad recipient in a stream) it stops reading, lets the
@@ -28,12 +28,12 @@ from ._exceptions import (
     DispatchError,
     InputError,
 )
+from ._matching import result_from_error
 from ._models import DispatchResult, merge_results
-from ._outcomes import failed
 from ._recipients import BadChunkError, Chunk, Recipients, check_shape, chunked
 from ._screen import Screen
 
-__all__ = ["BatchOptions", "BatchSettings", "Flight", "Job", "collected"]
+__all__ = ["BatchOptions", "BatchSettings", "Batcher", "Flight", "collected"]
 
 P = ParamSpec("P")
 
@@ -107,7 +107,7 @@ class Flight:
 SendChunk = Callable[[Chunk, Flight], Coroutine[Any, Any, DispatchResult]]
 
 
-class Job:
+class Batcher:
     """One call's worth of chunks: reads, sends, and yields a result per chunk."""
 
     def __init__(self, recipients: Recipients, settings: BatchSettings, send: SendChunk) -> None:
@@ -203,7 +203,7 @@ class Job:
                 # after a deadline or an abort alike, so callers can retry from the result.
                 leftovers += [c async for c in self._chunks]
             for chunk in leftovers:
-                yield failed(chunk, reason)
+                yield result_from_error(chunk, reason)
             if stop is not None:
                 raise stop
         finally:
@@ -231,7 +231,9 @@ class Job:
                 continue
             error = DeadlineExceededError(f"{why} while this was in flight")
             error.maybe_sent = in_request[task]
-            parts.append(failed(chunk, error, requests=flight.requests, retries=flight.retries))
+            parts.append(
+                result_from_error(chunk, error, requests=flight.requests, retries=flight.retries)
+            )
         running.clear()
         return parts
 
@@ -262,7 +264,9 @@ def _outcome(
     if error is None:
         return task.result(), None
     if isinstance(error, AuthenticationError | CallbackError):
-        return failed(chunk, error, requests=flight.requests, retries=flight.retries), error
+        return result_from_error(
+            chunk, error, requests=flight.requests, retries=flight.retries
+        ), error
     raise error  # a bug: chunk tasks turn every other failure into a result
 
 

@@ -112,8 +112,8 @@ async def run_worker(config: WorkerConfig) -> int:
 
 
 def _session(config: WorkerConfig) -> DispatchSession:
-    from ._fleet_rate import RedisRateLimiter
-    from ._fleet_token import RedisTokenStore
+    from ._redis_rate_limiter import RedisRateLimiter
+    from ._redis_token_store import RedisTokenStore
 
     connection = config.connection
     if not connection.base_url or not connection.client_secret:

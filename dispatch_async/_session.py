@@ -16,7 +16,8 @@ import aiohttp
 import attrs
 
 from ._auth import Secret, Token, TokenKeeper
-from ._batch import BatchSettings, Flight, Job, collected
+from ._batch import Batcher, BatchSettings, Flight, collected
+from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, envelope
 from ._exceptions import (
     AuthenticationError,
     CallbackError,
@@ -27,10 +28,9 @@ from ._exceptions import (
     TransportError,
     status_error,
 )
+from ._matching import result_from_answer, result_from_error
 from ._models import DispatchResult, Fallback
-from ._outcomes import answered, failed
 from ._recipients import Chunk, Recipients
-from ._request import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, envelope
 from ._retry import RetryPolicy, parse_retry_after, retrying
 from ._throttle import Limiter, Throttle
 from ._token_store import TokenStore
@@ -300,7 +300,7 @@ class DispatchSession:
         fields: Envelope,
         recipients: Recipients,
         options: BatchOptions,
-    ) -> Job:
+    ) -> Batcher:
         if self._state is not _State.OPEN:
             self._open()
         settings = attrs.evolve(self.settings, **options) if options else self.settings
@@ -308,13 +308,15 @@ class DispatchSession:
         async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
             return await self._send_chunk(endpoint, fields, chunk, flight)
 
-        return Job(recipients, settings, send)
+        return Batcher(recipients, settings, send)
 
     async def _send_chunk(
         self, endpoint: Endpoint, fields: Envelope, chunk: Chunk, flight: Flight
     ) -> DispatchResult:
         if not chunk.messages:  # everything was refused locally: nothing to send
-            return answered(chunk, {"validMessages": [], "invalidMessages": []}, requests=0)
+            return result_from_answer(
+                chunk, {"validMessages": [], "invalidMessages": []}, requests=0
+            )
         body = encode_dispatch(fields, chunk.messages)
 
         def count_retry(error: BaseException, wait: float) -> None:
@@ -336,8 +338,8 @@ class DispatchSession:
                 error.maybe_sent,
                 error,
             )
-            return failed(chunk, error, requests=flight.requests, retries=flight.retries)
-        result = answered(chunk, data, requests=flight.requests, retries=flight.retries)
+            return result_from_error(chunk, error, requests=flight.requests, retries=flight.retries)
+        result = result_from_answer(chunk, data, requests=flight.requests, retries=flight.retries)
         if log.isEnabledFor(logging.DEBUG):  # summary() is not free, and this runs per chunk
             log.debug("chunk at position %d: %s", chunk.start, result.summary())
         return result

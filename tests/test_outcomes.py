@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dispatch_async as da
-from dispatch_async._outcomes import _interleaved
+from dispatch_async._matching import _interleaved
 from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .conftest import TEMPLATE, numbers, session_for

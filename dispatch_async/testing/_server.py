@@ -18,7 +18,7 @@ from ._contract import ENDPOINTS, FieldError, dispatch_answer, parse_dispatch
 from ._faults import Fault, FaultKind, FaultSchedule
 from ._ids import IdFactory
 from ._stats import ServerStats
-from ._tokens import TokenState, TokenStore
+from ._tokens import IssuedTokens, TokenState
 
 __all__ = ["DEFAULT_TEMPLATES", "FakeDispatchServer"]
 
@@ -112,7 +112,7 @@ class FakeDispatchServer:
         self._max_body_bytes = max_body_bytes
         self._faults = FaultSchedule(fault_rates, seed=seed, retry_after=random_retry_after)
         self._ids = IdFactory(fast=fast_ids)
-        self._tokens = TokenStore()
+        self._tokens = IssuedTokens()
         self._state = _State.UNOPENED
         self._runner: web.AppRunner | None = None
         self._address: tuple[str, int] | None = None

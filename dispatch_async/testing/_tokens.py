@@ -7,7 +7,7 @@ import secrets
 import time
 from collections.abc import Callable
 
-__all__ = ["TokenState", "TokenStore"]
+__all__ = ["IssuedTokens", "TokenState"]
 
 
 class TokenState(enum.Enum):
@@ -20,7 +20,7 @@ class TokenState(enum.Enum):
     REVOKED = "revoked"
 
 
-class TokenStore:
+class IssuedTokens:
     """Issued tokens and their deadlines.
 
     Expired tokens are kept (they are small) so that using one is told apart from using

@@ -25,7 +25,7 @@ from ._models import (
 )
 from ._recipients import Chunk, recipient_of
 
-__all__ = ["answered", "failed"]
+__all__ = ["result_from_answer", "result_from_error"]
 
 log = logging.getLogger("dispatch_async")
 
@@ -36,7 +36,7 @@ _NUMBER = itemgetter("number")
 _REASON = itemgetter("reason")
 
 
-def failed(
+def result_from_error(
     chunk: Chunk, error: DispatchError, *, requests: int = 0, retries: int = 0
 ) -> DispatchResult:
     """Every sendable recipient of *chunk* failed with *error*."""
@@ -57,16 +57,18 @@ def failed(
     )
 
 
-def answered(chunk: Chunk, data: Any, *, requests: int = 1, retries: int = 0) -> DispatchResult:
+def result_from_answer(
+    chunk: Chunk, data: Any, *, requests: int = 1, retries: int = 0
+) -> DispatchResult:
     """The outcome of every recipient of *chunk*, from the service's 200 answer *data*."""
     if not isinstance(data, dict):
         error = MalformedResponseError(f"the answer is a JSON {type(data).__name__}, not an object")
-        return failed(chunk, error, requests=requests, retries=retries)
+        return result_from_error(chunk, error, requests=requests, retries=retries)
     valid = data.get("validMessages", [])
     invalid = data.get("invalidMessages", [])
     if not isinstance(valid, list) or not isinstance(invalid, list):
         error = MalformedResponseError("validMessages and invalidMessages must be arrays")
-        return failed(chunk, error, requests=requests, retries=retries)
+        return result_from_error(chunk, error, requests=requests, retries=retries)
     quick = _quick_match(chunk, valid, invalid)
     if quick is not None:
         ids, valid_numbers, invalid_numbers, reasons = quick
