@@ -17,6 +17,7 @@ from aiohttp.typedefs import Handler
 from ._contract import ENDPOINTS, FieldError, dispatch_answer, parse_dispatch
 from ._faults import Fault, FaultKind, FaultSchedule
 from ._ids import IdFactory
+from ._rate import AccountRateLimit
 from ._stats import ServerStats
 from ._tokens import IssuedTokens, TokenState
 
@@ -83,6 +84,14 @@ class FakeDispatchServer:
         fast_ids: number the message ids instead of drawing them (benchmarks).
         max_body_bytes: largest request body accepted (413 beyond).
         templates: what the templates listing returns.
+        rate_limit: dispatch requests a second allowed per account (a token bucket with
+            a burst of one second's worth); beyond it, 429 with ``Retry-After`` in
+            seconds (decimals) and nothing acted on. None, the default, has no limit.
+            Settable while serving.
+
+    Beyond the service's paths the simulator answers ``GET /_stats`` (its counters, as
+    JSON) and ``PUT /_rate_limit`` (``{"rate": R}`` or ``{"rate": null}``): they are the
+    simulator's, for tests and benchmarks of another process, not part of the service.
     """
 
     def __init__(
@@ -100,6 +109,7 @@ class FakeDispatchServer:
         fast_ids: bool = False,
         max_body_bytes: int = 64 * 1024 * 1024,
         templates: Sequence[Mapping[str, str]] = DEFAULT_TEMPLATES,
+        rate_limit: float | None = None,
     ) -> None:
         self.client_secret = client_secret
         self.token_lifetime = token_lifetime
@@ -112,6 +122,7 @@ class FakeDispatchServer:
         self._max_body_bytes = max_body_bytes
         self._faults = FaultSchedule(fault_rates, seed=seed, retry_after=random_retry_after)
         self._ids = IdFactory(fast=fast_ids)
+        self._limit = AccountRateLimit(rate_limit)
         self._tokens = IssuedTokens()
         self._state = _State.UNOPENED
         self._runner: web.AppRunner | None = None
@@ -240,6 +251,15 @@ class FakeDispatchServer:
         """Drop every scripted fault not yet consumed."""
         self._faults.clear()
 
+    @property
+    def rate_limit(self) -> float | None:
+        """Dispatch requests a second allowed per account; None for no limit."""
+        return self._limit.rate
+
+    @rate_limit.setter
+    def rate_limit(self, rate: float | None) -> None:
+        self._limit.rate = rate
+
     # Tokens and stats
 
     def issue_token(self) -> str:
@@ -292,6 +312,8 @@ class FakeDispatchServer:
         app.router.add_post("/oauth/token", self._token)
         app.router.add_get("/api/v3/templates", self._list_templates)
         app.router.add_post("/api/v3/{endpoint:" + "|".join(ENDPOINTS) + "}", self._dispatch)
+        app.router.add_get("/_stats", self._stats)
+        app.router.add_put("/_rate_limit", self._set_rate_limit)
         return app
 
     @web.middleware
@@ -408,6 +430,18 @@ class FakeDispatchServer:
             return _json(406, {"error": "not_acceptable", "message": "only application/json"})
         return _json(200, {"templates": [dict(t) for t in self.templates]})
 
+    async def _stats(self, request: web.Request) -> web.StreamResponse:
+        return _json(200, self.stats.as_json())
+
+    async def _set_rate_limit(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = orjson.loads(await request.read())
+            rate = body["rate"]
+            self.rate_limit = None if rate is None else float(rate)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return _json(400, {"error": "invalid_body", "message": str(exc)})
+        return _json(200, {"rate": self.rate_limit})
+
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         response = await self._answer_dispatch(request, request.match_info["endpoint"])
         if self.latency > 0:
@@ -429,6 +463,12 @@ class FakeDispatchServer:
             numbers = parse_dispatch(endpoint, body)
         except FieldError as exc:
             return _json(400, exc.to_json())
+        wait = self._limit.take(body["account"])
+        if wait is not None:
+            self.stats.rate_limited += 1
+            return _json(
+                429, {"error": "rate_limited"}, headers={"Retry-After": f"{max(wait, 0.001):.3f}"}
+            )
         fault = self._faults.for_dispatch(endpoint, numbers)
         if fault is None:
             self._act(endpoint, numbers)

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ._server import FakeDispatchServer
+from ._stats import ServerStats
 
 __all__ = ["main", "serve_forever"]
 
@@ -97,6 +98,18 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--fast-ids", action="store_true", help="counter-based message ids (benchmarks)"
     )
+    parser.add_argument(
+        "--rate-limit",
+        type=float,
+        default=None,
+        metavar="R",
+        help="dispatch requests/s allowed per account; beyond it 429 with Retry-After "
+        '(change it while running: PUT /_rate_limit {"rate": R})',
+    )
+    parser.epilog = (
+        "GET /_stats answers the simulator's counters as JSON; they are also printed to "
+        "stderr when it stops. Both are the simulator's, not part of the service."
+    )
     return parser
 
 
@@ -120,6 +133,7 @@ def main(
             seed=args.seed,
             random_retry_after=args.random_retry_after,
             fast_ids=args.fast_ids,
+            rate_limit=args.rate_limit,
         )
     except ValueError as exc:
         parser.error(str(exc))
@@ -131,4 +145,17 @@ def main(
     # Where signal handlers could not be installed, Ctrl-C is the way out.
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_forever(server))
+    sys.stderr.write(_summary(server.stats) + "\n")
     return 0
+
+
+def _summary(stats: ServerStats) -> str:
+    """What the simulator saw, for a person who just stopped it."""
+    statuses = ", ".join(f"{code}: {n:,}" for code, n in sorted(stats.status_counts.items()))
+    return (
+        f"simulator stopped: {stats.token_calls:,} token requests, {stats.requests:,} "
+        f"/api/v3 requests, {stats.dispatch_calls:,} dispatches acted on, "
+        f"{stats.recipients_received:,} recipients received "
+        f"({sum(stats.duplicates.values()):,} more than once), {stats.rate_limited:,} "
+        f"rate-limited; answers by status: {statuses or 'none'}"
+    )

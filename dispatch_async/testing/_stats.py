@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import attrs
 
@@ -43,6 +44,8 @@ class ServerStats:
     expired_token_uses: int = 0
     #: ``/api/v3`` requests with a revoked token.
     revoked_token_uses: int = 0
+    #: 429s answered because an account went over the server's ``rate_limit``.
+    rate_limited: int = 0
     #: Faults applied, scripted or random.
     faults_injected: int = 0
     #: Connections closed without an answer (drop faults, or hangs cut by ``close``).
@@ -57,6 +60,19 @@ class ServerStats:
     def duplicates(self) -> Counter[str]:
         """Numbers acted on more than once, with how many times; empty when none."""
         return Counter({number: n for number, n in self.received.items() if n > 1})
+
+    def as_json(self) -> dict[str, Any]:
+        """Every counter, JSON-ready (``received`` as its total and its duplicates only)."""
+        out: dict[str, Any] = {}
+        for field in attrs.fields(ServerStats):
+            value = getattr(self, field.name)
+            if field.name == "received":
+                out["duplicates"] = dict(self.duplicates)
+            elif isinstance(value, Counter):
+                out[field.name] = {str(k): v for k, v in value.items()}
+            else:
+                out[field.name] = value
+        return out
 
     @property
     def user_agent(self) -> str | None:
