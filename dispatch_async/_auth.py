@@ -19,6 +19,7 @@ import attrs
 
 from ._exceptions import DispatchError
 from ._token_store import StoredToken, TokenStore, TokenStoreUnavailable
+from ._transport import has_control_characters
 
 __all__ = [
     "DEFAULT_LIFETIME",
@@ -228,6 +229,10 @@ class TokenKeeper:
     async def _adoptable(self, store: TokenStore) -> Token | None:
         stored = await store.load()
         if stored is None or stored.value == self._refused:
+            return None
+        if has_control_characters(stored.value):
+            # Never put it in a header: whoever could write it there could split requests.
+            log.warning("the shared access token has control characters; replacing it")
             return None
         current = self._token
         if current is not None and current.value == stored.value:

@@ -27,17 +27,22 @@ from ._exceptions import (
     DeadlineExceededError,
     DispatchError,
     InputError,
+    TokenUnavailableError,
 )
 from ._matching import result_from_error
 from ._models import DispatchResult, merge_results
 from ._recipients import BadChunkError, Chunk, Recipients, check_shape, chunked
 from ._screen import Screen
 
-__all__ = ["BatchOptions", "BatchSettings", "Batcher", "Flight", "collected"]
+__all__ = ["STOPS_THE_JOB", "BatchOptions", "BatchSettings", "Batcher", "Flight", "collected"]
 
 P = ParamSpec("P")
 
 log = logging.getLogger("dispatch_async")
+
+#: Chunk failures that no later chunk can escape (no credentials, no token, a callback
+#: that cannot go on): the job stops reading and sends nothing more.
+STOPS_THE_JOB = (AuthenticationError, CallbackError, TokenUnavailableError)
 
 ProgressCallback = Callable[[int, int | None], object]
 #: Awaited with a chunk's input positions just before its request first leaves.
@@ -263,7 +268,7 @@ def _outcome(
     error = task.exception()
     if error is None:
         return task.result(), None
-    if isinstance(error, AuthenticationError | CallbackError):
+    if isinstance(error, STOPS_THE_JOB):
         return result_from_error(
             chunk, error, requests=flight.requests, retries=flight.retries
         ), error

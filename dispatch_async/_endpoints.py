@@ -12,7 +12,7 @@ import attrs
 
 from ._exceptions import InputError
 from ._models import Fallback
-from ._wire import Envelope
+from ._wire import Envelope, encodable
 
 __all__ = ["BASIC", "SINGLE", "TEMPLATE", "WEBHOOK", "Endpoint", "envelope"]
 
@@ -60,6 +60,8 @@ def envelope(
     for name, value in fields.items():
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise InputError(f"{name} must be a non-empty string, not {value!r}")
+        if value is not None and not value.isascii() and not encodable(value):
+            raise InputError(f"{name} has text that is not valid UTF-8 (a lone surrogate)")
     return Envelope(
         account=str(account),
         campaign_name=campaign_name,
@@ -87,4 +89,6 @@ def _fallbacks(fallback: Fallback | Iterable[Fallback] | None) -> tuple[Fallback
             or not item.content
         ):
             raise InputError(f"fallback[{index}] needs a channel and non-empty content strings")
+        if not encodable((item.channel, item.content)):
+            raise InputError(f"fallback[{index}] has text that is not valid UTF-8")
     return items or None

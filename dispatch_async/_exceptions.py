@@ -7,16 +7,19 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     │   ├── InvalidRecipientError               a malformed recipient, with its position
     │   └── ConfigurationError                  a bad base URL, setting or environment variable
     ├── SessionClosedError (also RuntimeError)  the session is not open
+    ├── EventLoopError (also RuntimeError)      used from an event loop it was not opened on
     ├── AuthenticationError                     the secret was rejected: retrying cannot help
     ├── TransportError                          the request did not complete
     │   ├── ConnectError                        never reached the service (maybe_sent=False)
+    │   │   └── TokenUnavailableError           no access token could be had: the job stops
     │   ├── ConnectionLostError                 dropped after the request was written
     │   ├── RequestTimeoutError (also TimeoutError)
     │   └── ResponseTooLargeError
     ├── StatusError                             not a 200; carries status, headers, body
     │   ├── RedirectError                       3xx: never followed
     │   ├── ClientStatusError                   4xx
-    │   │   ├── UnauthorizedError               401 (after the one refresh)
+    │   │   ├── UnauthorizedError               401 to a fresh token (also an
+    │   │   │                                   AuthenticationError): the job stops
     │   │   └── RateLimitedError                429
     │   └── ServerStatusError                   5xx
     │       └── ServiceUnavailableError         503
@@ -34,8 +37,12 @@ partial result, accounting for every recipient read so far.
 
 from __future__ import annotations
 
+import json
+import urllib.parse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+from multidict import CIMultiDict, CIMultiDictProxy
 
 if TYPE_CHECKING:
     from ._models import DispatchResult
@@ -49,6 +56,7 @@ __all__ = [
     "ConnectionLostError",
     "DeadlineExceededError",
     "DispatchError",
+    "EventLoopError",
     "FailedRecipientsError",
     "InputError",
     "InvalidRecipientError",
@@ -62,8 +70,10 @@ __all__ = [
     "ServiceUnavailableError",
     "SessionClosedError",
     "StatusError",
+    "TokenUnavailableError",
     "TransportError",
     "UnauthorizedError",
+    "redacted",
     "status_error",
 ]
 
@@ -105,6 +115,10 @@ class SessionClosedError(DispatchError, RuntimeError):
     """The session was used before ``async with`` / after ``close()``."""
 
 
+class EventLoopError(DispatchError, RuntimeError):
+    """The session was used from an event loop other than the one it was opened on."""
+
+
 class AuthenticationError(DispatchError):
     """The service refused our credentials: retrying will not help."""
 
@@ -117,6 +131,14 @@ class ConnectError(TransportError):
     """No connection was established: the service cannot have acted."""
 
     maybe_sent = False
+
+
+class TokenUnavailableError(ConnectError):
+    """The token endpoint could not be reached, or kept failing, after its own retries.
+
+    Nothing was sent for want of a token, and a job stops here; unlike
+    ``AuthenticationError``, the credentials were not refused.
+    """
 
 
 class ConnectionLostError(TransportError):
@@ -154,7 +176,8 @@ class StatusError(DispatchError):
     ) -> None:
         super().__init__(message, maybe_sent=maybe_sent)
         self.status = status
-        self.headers: Mapping[str, str] = dict(headers or {})
+        # Case-insensitive, as HTTP header names are.
+        self.headers: Mapping[str, str] = CIMultiDictProxy(CIMultiDict(headers or {}))
         self.body = body
 
 
@@ -166,8 +189,8 @@ class ClientStatusError(StatusError):
     """A 4xx: the service refused the request without acting on it."""
 
 
-class UnauthorizedError(ClientStatusError):
-    """A 401 that a fresh token did not cure."""
+class UnauthorizedError(ClientStatusError, AuthenticationError):
+    """A 401 that a fresh token did not cure: the service refuses this client."""
 
 
 class RateLimitedError(ClientStatusError):
@@ -254,19 +277,41 @@ def status_error(
             cls = ServerStatusError
         else:
             cls = StatusError
-    excerpt = body[: BODY_EXCERPT_CHARS * 4].decode("utf-8", "replace")
-    for secret in secrets:
-        if secret:
-            excerpt = excerpt.replace(secret, "***")
+    excerpt = redacted(body[: BODY_EXCERPT_CHARS * 4].decode("utf-8", "replace"), secrets)
     excerpt = excerpt[:BODY_EXCERPT_CHARS]
     kept = {k: v for k, v in headers.items() if k.lower() in _SAFE_HEADERS}
-    error = cls(f"the service answered HTTP {status}", status=status, headers=kept, body=excerpt)
+    message = (
+        "the service refused a fresh access token (HTTP 401)"
+        if cls is UnauthorizedError
+        else f"the service answered HTTP {status}"
+    )
+    error = cls(message, status=status, headers=kept, body=excerpt)
     if isinstance(error, RateLimitedError | ServiceUnavailableError):
         error.retry_after = retry_after
     return error
 
 
-# Only these answer headers are kept on errors: nothing that could carry a credential.
-_SAFE_HEADERS = frozenset(
-    {"content-type", "content-length", "retry-after", "date", "location", "x-request-id"}
-)
+def redacted(text: str, secrets: tuple[str, ...]) -> str:
+    """*text* with every secret blanked out: as it is, URL-encoded and JSON-escaped.
+
+    A service that echoes a request echoes it in the form it was sent: the token
+    request's form body is URL-encoded, a JSON body escapes quotes and backslashes.
+    """
+    for secret in secrets:
+        if not secret:
+            continue
+        forms = {
+            secret,
+            urllib.parse.quote_plus(secret),
+            urllib.parse.quote(secret, safe=""),
+            json.dumps(secret)[1:-1],
+            json.dumps(secret, ensure_ascii=False)[1:-1],
+        }
+        for form in sorted(forms, key=len, reverse=True):
+            text = text.replace(form, "***")
+    return text
+
+
+# Only these answer headers are kept on errors: nothing that could carry a credential
+# (not Location either: a redirect can carry a token in its query).
+_SAFE_HEADERS = frozenset({"content-type", "content-length", "retry-after", "date", "x-request-id"})

@@ -9,10 +9,12 @@ the fleet for longer than the lock's expiry.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import orjson
 
@@ -23,7 +25,8 @@ __all__ = ["RedisTokenStore"]
 
 log = logging.getLogger("dispatch_async")
 
-#: Seconds the refresh lock lives if its holder dies: longer than a token request takes.
+#: Seconds the refresh lock lives if its holder dies. A live holder renews it every
+#: third of that for as long as its token fetch takes.
 DEFAULT_LOCK_TIMEOUT = 20.0
 
 
@@ -106,9 +109,15 @@ class RedisTokenStore:
             held = await lock.acquire()
         except redis_errors() as exc:
             raise TokenStoreUnavailable(_describe(exc)) from None
+        # A token fetch can take longer than the lock's timeout (its own timeout, and
+        # retries): the holder keeps the lock alive for as long as it holds it.
+        keeping = asyncio.create_task(self._keep(lock)) if held else None
         try:
             yield bool(held)
         finally:
+            if keeping is not None:
+                keeping.cancel()
+                await asyncio.gather(keeping, return_exceptions=True)
             if held:
                 try:
                     await lock.release()
@@ -116,6 +125,19 @@ class RedisTokenStore:
                     log.warning("the token refresh lock expired before it was released")
                 except redis_errors() as exc:
                     log.warning("could not release the token refresh lock (%s)", _describe(exc))
+
+    async def _keep(self, lock: Any) -> None:
+        """Renew *lock* to its full timeout every third of it, until cancelled."""
+        from redis.exceptions import LockError
+
+        failures: tuple[type[BaseException], ...] = (LockError, *redis_errors())
+        while True:
+            await asyncio.sleep(self.lock_timeout / 3)
+            try:
+                await lock.reacquire()
+            except failures as exc:
+                log.warning("could not keep the token refresh lock (%s)", _describe(exc))
+                return
 
     async def aclose(self) -> None:
         """Close the connections to Redis."""

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import attrs
 import backoff
 
-from ._exceptions import ConnectError, DispatchError, StatusError
+from ._exceptions import ConnectError, DispatchError, StatusError, TokenUnavailableError
 
 __all__ = ["RetryPolicy", "parse_retry_after", "retrying"]
 
@@ -51,7 +51,8 @@ class RetryPolicy:
     def should_retry(self, error: BaseException) -> bool:
         """Whether *error* is worth another attempt under this policy."""
         if isinstance(error, ConnectError):
-            return True
+            # A token fetch that gave up has had its retries already.
+            return not isinstance(error, TokenUnavailableError)
         return isinstance(error, StatusError) and error.status in self.statuses
 
     def pause_for(self, error: BaseException) -> float | None:

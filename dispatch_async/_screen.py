@@ -10,11 +10,13 @@ from typing import Any
 
 from ._exceptions import ConfigurationError
 from ._recipients import Chunk
+from ._wire import encodable
 
-__all__ = ["DUPLICATE", "LOCALLY_INVALID", "Screen"]
+__all__ = ["DUPLICATE", "LOCALLY_INVALID", "UNENCODABLE", "Screen", "without_unencodable"]
 
 DUPLICATE = "duplicate"
 LOCALLY_INVALID = "number must be a valid phone number (checked locally)"
+UNENCODABLE = "text that is not valid UTF-8 (a lone surrogate): it cannot be sent"
 
 
 class Screen:
@@ -76,3 +78,23 @@ class Screen:
         if not pn.is_valid_number(parsed):
             return None
         return str(pn.format_number(parsed, pn.PhoneNumberFormat.E164))
+
+
+def without_unencodable(chunk: Chunk) -> Chunk:
+    """The chunk with every recipient whose text cannot go on the wire moved to ``rejected``.
+
+    Checked only after encoding the whole chunk failed: a rare path, and a bad
+    recipient then costs only itself.
+    """
+    given = chunk.given_numbers()
+    messages: list[dict[str, Any]] = []
+    kept: list[str] = []
+    rejected = list(chunk.rejected)
+    for message, number in zip(chunk.messages, given, strict=True):
+        if encodable(message):
+            messages.append(message)
+            kept.append(number)
+        else:
+            rejected.append((number if encodable(number) else repr(number), UNENCODABLE))
+    changed = chunk.given is not None
+    return Chunk(chunk.start, chunk.size, messages, kept if changed else None, rejected)

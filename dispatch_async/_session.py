@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import os
@@ -16,15 +17,17 @@ import aiohttp
 import attrs
 
 from ._auth import Secret, Token, TokenKeeper
-from ._batch import Batcher, BatchSettings, Flight, collected
+from ._batch import STOPS_THE_JOB, Batcher, BatchSettings, Flight, collected
 from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, envelope
 from ._exceptions import (
     AuthenticationError,
     CallbackError,
     ConfigurationError,
     DispatchError,
+    EventLoopError,
     SessionClosedError,
     StatusError,
+    TokenUnavailableError,
     TransportError,
     status_error,
 )
@@ -32,11 +35,18 @@ from ._matching import result_from_answer, result_from_error
 from ._models import DispatchResult, Fallback
 from ._recipients import Chunk, Recipients
 from ._retry import RetryPolicy, parse_retry_after, retrying
+from ._screen import without_unencodable
 from ._throttle import Limiter, Throttle
 from ._token_store import TokenStore
 from ._transport import Transport, check_base_url, has_control_characters
 from ._version import __version__
-from ._wire import Envelope, decode_json, encode_dispatch, parse_token_answer
+from ._wire import (
+    Envelope,
+    UnencodableError,
+    decode_json,
+    encode_dispatch,
+    parse_token_answer,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -51,6 +61,12 @@ USER_AGENT = (
     f"dispatch-async/{__version__} aiohttp/{aiohttp.__version__} python/{platform.python_version()}"
 )
 _FORM = "application/x-www-form-urlencoded"
+_NOTHING_SENT: dict[str, list[Any]] = {"validMessages": [], "invalidMessages": []}
+_OTHER_LOOP = (
+    "this DispatchSession was opened on another event loop (each asyncio.run() starts a new "
+    "one, and so does every thread): open one session per event loop, inside it, e.g. "
+    "`async with DispatchSession(...)` in the coroutine that asyncio.run() runs"
+)
 
 
 class _State(enum.Enum):
@@ -111,6 +127,7 @@ class DispatchSession:
         )
         self._tokens = TokenKeeper(self._fetch_token, store=token_store)
         self._state = _State.UNOPENED
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> DispatchSession:
@@ -157,18 +174,30 @@ class DispatchSession:
         await self.close()
 
     def _open(self) -> None:
+        """Open on first use, on the running loop; refuse any other loop after that."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise EventLoopError(
+                "a DispatchSession is used from a coroutine (no event loop is running)"
+            ) from None
         if self._state is _State.OPEN:
+            if loop is not self._loop:
+                raise EventLoopError(_OTHER_LOOP)
             return
         if self._state is _State.CLOSED:
             raise SessionClosedError("this session is closed; create a new one")
         self._transport.open()
         self._tokens.start()
+        self._loop = loop
         self._state = _State.OPEN
 
     async def close(self) -> None:
         """Stop the token refresh and close the HTTP pool. Safe to call twice."""
         if self._state is _State.CLOSED:
             return
+        if self._state is _State.OPEN:
+            self._open()  # on another loop, its tasks and sockets cannot be closed here
         self._state = _State.CLOSED
         await self._tokens.close()
         await self._transport.close()
@@ -301,8 +330,7 @@ class DispatchSession:
         recipients: Recipients,
         options: BatchOptions,
     ) -> Batcher:
-        if self._state is not _State.OPEN:
-            self._open()
+        self._open()
         settings = attrs.evolve(self.settings, **options) if options else self.settings
 
         async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
@@ -317,7 +345,13 @@ class DispatchSession:
             return result_from_answer(
                 chunk, {"validMessages": [], "invalidMessages": []}, requests=0
             )
-        body = encode_dispatch(fields, chunk.messages)
+        try:
+            body = encode_dispatch(fields, chunk.messages)
+        except UnencodableError:
+            chunk = without_unencodable(chunk)
+            if not chunk.messages:
+                return result_from_answer(chunk, _NOTHING_SENT, requests=0)
+            body = encode_dispatch(fields, chunk.messages)
 
         def count_retry(error: BaseException, wait: float) -> None:
             flight.retries += 1
@@ -328,7 +362,7 @@ class DispatchSession:
                 lambda: self._call("POST", endpoint.path, body, flight),
                 on_retry=count_retry,
             )
-        except (AuthenticationError, CallbackError):
+        except STOPS_THE_JOB:
             raise
         except DispatchError as error:
             log.warning(
@@ -346,8 +380,7 @@ class DispatchSession:
 
     async def _call(self, method: str, path: str, body: bytes | None, flight: Flight) -> Any:
         """One request to /api/v3, re-sent once with a fresh token after a 401."""
-        if self._state is not _State.OPEN:
-            self._open()
+        self._open()
         for refreshed in (False, True):
             # A token first: a rate slot taken while waiting for one would be spent later,
             # bunched with the next second's requests.
@@ -412,6 +445,7 @@ class DispatchSession:
                 raise AuthenticationError(
                     f"the service rejected the client secret (HTTP {answer.status})"
                 )
+            # No body kept from here: it may echo the form, and the form holds the secret.
             if 300 <= answer.status < 500 and answer.status != 429:
                 raise AuthenticationError(
                     f"the token endpoint refused the request (HTTP {answer.status}); "
@@ -420,9 +454,8 @@ class DispatchSession:
             raise status_error(
                 answer.status,
                 answer.headers,
-                answer.body,
+                b"",
                 retry_after=parse_retry_after(answer.headers.get("Retry-After")),
-                secrets=(self._secret.reveal(),),
             )
 
         try:
@@ -430,8 +463,9 @@ class DispatchSession:
         except AuthenticationError:
             raise
         except DispatchError as error:
-            # Every request needs a token: without one the job cannot go on.
-            raise AuthenticationError(f"could not get an access token: {error}") from error
+            # Every request needs a token: without one the job cannot go on. The secret
+            # was not refused, so this is not an AuthenticationError.
+            raise TokenUnavailableError(f"could not get an access token: {error}") from error
 
 
 def _token_retryable(error: BaseException) -> bool:

@@ -11,7 +11,9 @@ import ipaddress
 from collections.abc import Mapping
 
 import aiohttp
+import aiohttp.payload
 import attrs
+from aiohttp.abc import AbstractStreamWriter
 from multidict import CIMultiDictProxy
 from yarl import URL
 
@@ -122,36 +124,66 @@ class Transport:
             raise SessionClosedError("the session is not open")
         url = self.base_url.with_path(self.base_url.path.rstrip("/") + path, encoded=False)
         headers = {"User-Agent": self._user_agent, **headers}
+        body = _Body(data) if isinstance(data, bytes) else None
         try:
             async with session.request(
                 method,
                 url,
-                data=data,
+                data=data if body is None else body,
                 headers=headers,
                 allow_redirects=False,
                 timeout=self._timeout,
+                # A caller's shared ClientSession may raise for statuses: we read them.
+                raise_for_status=False,
             ) as response:
-                body = await _read_capped(response)
-                return Answer(response.status, response.headers, body)
+                content = await _read_capped(response)
+                return Answer(response.status, response.headers, content)
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise ConnectError(f"could not connect to {url.host}: {_safe(exc)}") from _cause(exc)
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            if body is not None and not body.handed_over:
+                raise ConnectError(
+                    f"the connection to {url.host} failed before the request was written "
+                    f"whole ({_safe(exc)}): the service cannot have acted on it"
+                ) from _cause(exc)
+            if not isinstance(exc, TimeoutError):
+                raise ConnectionLostError(
+                    f"the connection to {url.host} failed after the request may have been "
+                    f"sent: {_safe(exc)}"
+                ) from _cause(exc)
             raise RequestTimeoutError(
                 f"no complete answer from {url.host} in time ({type(exc).__name__})"
             ) from _cause(exc)
-        except aiohttp.ClientError as exc:
-            raise ConnectionLostError(
-                f"the connection to {url.host} failed after the request may have been "
-                f"sent: {_safe(exc)}"
-            ) from _cause(exc)
+
+
+class _Body(aiohttp.payload.BytesPayload):
+    """A request body that knows whether aiohttp finished handing it to the connection.
+
+    While aiohttp is still writing it, part of it has not left this process: a
+    connection that fails then was never sent the whole request, so the service cannot
+    have acted on it. Once handed over, its fate is unknown.
+    """
+
+    handed_over = False
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        await super().write(writer)
+        self.handed_over = True
+
+    async def write_with_length(
+        self, writer: AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        await super().write_with_length(writer, content_length)
+        self.handed_over = True
 
 
 async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
     length = response.content_length
     if length is not None and length > MAX_ANSWER_BYTES:
         raise ResponseTooLargeError(f"the answer is {length} bytes, over {MAX_ANSWER_BYTES}")
-    if length is not None:
+    if length is not None and response.headers.get("Content-Encoding", "identity") == "identity":
         return await response.read()
+    # Unknown length, or a compressed one: what counts is the size decoded.
     parts: list[bytes] = []
     size = 0
     while part := await response.content.read(_READ_SIZE):

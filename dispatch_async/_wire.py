@@ -22,7 +22,9 @@ from ._models import Fallback
 __all__ = [
     "Envelope",
     "TokenAnswer",
+    "UnencodableError",
     "decode_json",
+    "encodable",
     "encode_dispatch",
     "parse_token_answer",
 ]
@@ -105,18 +107,27 @@ _converter.register_structure_hook(
 
 def parse_token_answer(body: bytes) -> TokenAnswer:
     """Read a token answer; an unreadable one is an AuthenticationError, never a guess."""
-    data = decode_json(body)
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = None  # described below, outside the except: the parser error holds the body
+    if data is None:
+        raise AuthenticationError(f"the token answer is not JSON ({len(body)} bytes)")
     if not isinstance(data, dict):
         raise AuthenticationError("the token answer is not a JSON object")
     try:
         answer = _converter.structure(data, TokenAnswer)
     except (ClassValidationError, TypeError, ValueError) as exc:
-        raise AuthenticationError(f"the token answer is not usable: {_describe(exc)}") from None
-    if not answer.access_token:
-        raise AuthenticationError("the token answer has an empty access_token")
-    if answer.token_type.lower() != "bearer":
-        raise AuthenticationError(f"unsupported token_type {answer.token_type[:20]!r}")
-    return answer
+        problem = _describe(exc)
+    else:
+        if not answer.access_token:
+            problem = "its access_token is empty"
+        elif answer.token_type.lower() != "bearer":
+            problem = f"unsupported token_type {answer.token_type[:20]!r}"
+        else:
+            return answer
+    # Raised here, not in the except: the cattrs error must not ride along.
+    raise AuthenticationError(f"the token answer is not usable: {problem}")
 
 
 def _describe(exc: Exception) -> str:
@@ -129,18 +140,40 @@ def _describe(exc: Exception) -> str:
     return str(exc)
 
 
+class UnencodableError(ValueError):
+    """Some text cannot be sent as JSON (UTF-8): a lone surrogate, from bytes decoded
+    with ``surrogateescape``."""
+
+
 def encode_dispatch(envelope: Envelope, messages: list[dict[str, Any]]) -> bytes:
-    """The JSON body of one dispatch request."""
+    """The JSON body of one dispatch request; raises UnencodableError (see ``encodable``)."""
     body = _converter.unstructure(envelope)
     body["messages"] = messages
-    return orjson.dumps(body)
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        pass
+    raise UnencodableError("a recipient has text that is not valid UTF-8")
+
+
+def encodable(value: object) -> bool:
+    """Whether *value* can go on the wire (only asked once encoding a whole body failed)."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return False
+    return True
 
 
 def decode_json(body: bytes) -> Any:
-    """Parse JSON, turning garbage into a MalformedResponseError (the service may have acted)."""
+    """Parse JSON, turning garbage into a MalformedResponseError (the service may have acted).
+
+    The error describes the answer but never quotes it: a token answer or an echoed
+    request can carry credentials. It is raised outside the ``except`` so that no
+    parser error (whose ``doc`` is the whole body) hangs on as its ``__context__``.
+    """
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise MalformedResponseError(
-            f"the answer is not JSON ({len(body)} bytes, starting {body[:40]!r})"
-        ) from None
+        pass
+    raise MalformedResponseError(f"the answer is not JSON ({len(body)} bytes)")

@@ -53,10 +53,6 @@ NOT_SENT: dict[str, tuple[Callable[[], list[Fault]], type[da.DispatchError]]] = 
         da.RateLimitedError,
     ),
     "503 until retries run out": (lambda: [Fault.status(503)] * 5, da.ServiceUnavailableError),
-    "401 after the one refresh": (
-        lambda: [Fault.status(401), Fault.status(401)],
-        da.UnauthorizedError,
-    ),
 }
 
 MAYBE_SENT: dict[str, tuple[Callable[[], Fault], type[da.DispatchError]]] = {

@@ -111,13 +111,15 @@ class TestUnauthorized:
         assert server.stats.token_calls == 2
         assert server.stats.received["+5511900000001"] == 1
 
-    async def test_a_second_401_fails_the_chunk_as_not_sent(
+    async def test_a_second_401_stops_the_job_with_nothing_sent(
         self, server: FakeDispatchServer, session: da.DispatchSession
     ) -> None:
         server.script(Fault.status(401), Fault.status(401))
-        result = await session.send_template([NUMBER], template_id="t")
-        [failure] = result.failed
-        assert isinstance(failure.error, da.UnauthorizedError)
+        with pytest.raises(da.UnauthorizedError) as caught:
+            await session.send_template([NUMBER], template_id="t")
+        assert isinstance(caught.value, da.AuthenticationError)
+        assert caught.value.result is not None
+        [failure] = caught.value.result.failed
         assert failure.maybe_sent is False
         assert server.stats.received[NUMBER] == 0
 
@@ -150,7 +152,7 @@ class TestRejectedSecret:
         server.script_token(*[Fault.status(503)] * 3)
         policy = da.RetryPolicy(wait=False, attempts=3)
         async with session_for(server, retry=policy) as session:
-            with pytest.raises(da.AuthenticationError, match="could not get an access token"):
+            with pytest.raises(da.TokenUnavailableError, match="could not get an access token"):
                 await session.send_template([NUMBER], template_id="t")
         assert server.stats.token_calls == 3
 

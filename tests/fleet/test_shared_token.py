@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 import redis.asyncio
 
@@ -173,3 +174,42 @@ def test_missing_redis_extra_is_a_configuration_error(monkeypatch: pytest.Monkey
 def test_a_url_that_is_not_redis_is_refused(url: str) -> None:
     with pytest.raises(da.ConfigurationError):
         da.RedisTokenStore(url)
+
+
+async def test_a_planted_token_with_a_line_break_is_never_used(
+    server: FakeDispatchServer, redis_server: str, prefix: str
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_server)
+    planted = orjson.dumps({"v": "abc\r\nX-Evil: 1", "iat": time.time(), "life": 3600.0})
+    try:
+        await client.set(f"{prefix}token", planted, ex=60)
+        async with session_for(
+            server, token_store=da.RedisTokenStore(redis_server, key_prefix=prefix)
+        ) as session:
+            result = await session.send_basic(numbers(2), text="hi")
+        stored = orjson.loads(await client.get(f"{prefix}token"))
+    finally:
+        await client.aclose()
+    assert result.ok
+    assert server.stats.token_calls == 1
+    assert "\r" not in stored["v"]
+    assert server.stats.unknown_token_uses == 0
+
+
+async def test_the_refresh_lock_outlives_a_slow_token_fetch(
+    server: FakeDispatchServer, redis_server: str, prefix: str
+) -> None:
+    server.script_token(Fault.delay(1.5))
+    stores = [
+        da.RedisTokenStore(redis_server, key_prefix=prefix, lock_timeout=0.3) for _ in range(3)
+    ]
+    sessions = [session_for(server, token_store=store) for store in stores]
+    try:
+        results = await asyncio.gather(
+            *(s.send_basic(numbers(2, start=10 * i), text="hi") for i, s in enumerate(sessions))
+        )
+    finally:
+        for s in sessions:
+            await s.close()
+    assert all(r.ok for r in results)
+    assert server.stats.token_calls == 1
