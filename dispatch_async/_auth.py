@@ -17,19 +17,31 @@ from collections.abc import Awaitable, Callable
 
 import attrs
 
-from ._exceptions import DispatchError
+from ._exceptions import (
+    AuthenticationError,
+    DispatchError,
+    StatusError,
+    TokenUnavailableError,
+    TransportError,
+    status_error,
+)
+from ._retry import RetryPolicy, parse_retry_after, retrying
 from ._token_store import StoredToken, TokenStore, TokenStoreUnavailable
-from ._transport import has_control_characters
+from ._transport import Transport, has_control_characters
+from ._wire import parse_token_answer
 
 __all__ = [
     "DEFAULT_LIFETIME",
     "MAX_LIFETIME",
     "Secret",
     "Token",
+    "TokenEndpoint",
     "TokenKeeper",
 ]
 
 log = logging.getLogger("dispatch_async")
+
+_FORM = "application/x-www-form-urlencoded"
 
 #: Seconds a token is trusted for when the service gives no (or a zero) lifetime.
 DEFAULT_LIFETIME = 60.0
@@ -103,6 +115,68 @@ class Token:
             refresh_at=issued_at + seconds * (1 - margin),
             expires_at=issued_at + seconds - safety,
         )
+
+
+class TokenEndpoint:
+    """``POST /oauth/token`` (spec 4.1): one token, retried under the session's policy.
+
+    *policy* is read at each fetch, so the session's current retry policy applies.
+    """
+
+    def __init__(
+        self, transport: Transport, secret: Secret, policy: Callable[[], RetryPolicy]
+    ) -> None:
+        self._transport = transport
+        self._secret = secret
+        self._policy = policy
+
+    async def fetch(self) -> Token:
+        """A new token; AuthenticationError if refused, TokenUnavailableError if unreachable."""
+        try:
+            return await retrying(self._policy(), self._once, should_retry=_token_retryable)
+        except AuthenticationError:
+            raise
+        except DispatchError as error:
+            # Every request needs a token: without one the job cannot go on. The secret
+            # was not refused, so this is not an AuthenticationError.
+            raise TokenUnavailableError(f"could not get an access token: {error}") from error
+
+    async def _once(self) -> Token:
+        started = time.monotonic()
+        answer = await self._transport.request(
+            "POST",
+            "/oauth/token",
+            headers={"Accept": _FORM, "Content-Type": _FORM},
+            data={"grant_type": "client_credentials", "client_secret": self._secret.reveal()},
+        )
+        if answer.status == 200:
+            issued = parse_token_answer(answer.body)
+            if has_control_characters(issued.access_token):
+                raise AuthenticationError("the access token has control characters; refusing it")
+            return Token.issued(issued.access_token, started, issued.expires_in)
+        if answer.status in (401, 403):
+            raise AuthenticationError(
+                f"the service rejected the client secret (HTTP {answer.status})"
+            )
+        # No body kept from here: it may echo the form, and the form holds the secret.
+        if 300 <= answer.status < 500 and answer.status != 429:
+            raise AuthenticationError(
+                f"the token endpoint refused the request (HTTP {answer.status}); "
+                "check the client secret and base_url"
+            )
+        raise status_error(
+            answer.status,
+            answer.headers,
+            b"",
+            retry_after=parse_retry_after(answer.headers.get("Retry-After")),
+        )
+
+
+def _token_retryable(error: BaseException) -> bool:
+    # Asking for a token twice is harmless, so any transport failure and any 429/5xx is retried.
+    if isinstance(error, TransportError):
+        return True
+    return isinstance(error, StatusError) and (error.status == 429 or error.status >= 500)
 
 
 class TokenKeeper:

@@ -7,7 +7,6 @@ import enum
 import logging
 import os
 import platform
-import time
 import warnings
 from collections.abc import AsyncGenerator, Iterable
 from types import TracebackType
@@ -16,19 +15,15 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import attrs
 
-from ._auth import Secret, Token, TokenKeeper
+from ._auth import Secret, TokenEndpoint, TokenKeeper
 from ._batch import STOPS_THE_JOB, Batcher, BatchSettings, Flight, collected
 from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, envelope
 from ._exceptions import (
-    AuthenticationError,
     CallbackError,
     ConfigurationError,
     DispatchError,
     EventLoopError,
     SessionClosedError,
-    StatusError,
-    TokenUnavailableError,
-    TransportError,
     status_error,
 )
 from ._matching import result_from_answer, result_from_error
@@ -45,7 +40,6 @@ from ._wire import (
     UnencodableError,
     decode_json,
     encode_dispatch,
-    parse_token_answer,
 )
 
 if TYPE_CHECKING:
@@ -60,7 +54,6 @@ log = logging.getLogger("dispatch_async")
 USER_AGENT = (
     f"dispatch-async/{__version__} aiohttp/{aiohttp.__version__} python/{platform.python_version()}"
 )
-_FORM = "application/x-www-form-urlencoded"
 _NOTHING_SENT: dict[str, list[Any]] = {"validMessages": [], "invalidMessages": []}
 _OTHER_LOOP = (
     "this DispatchSession was opened on another event loop (each asyncio.run() starts a new "
@@ -125,7 +118,8 @@ class DispatchSession:
         self._transport = Transport(
             self.base_url, timeout=_timeout(timeout), user_agent=agent, http_session=http_session
         )
-        self._tokens = TokenKeeper(self._fetch_token, store=token_store)
+        endpoint = TokenEndpoint(self._transport, self._secret, lambda: self.retry)
+        self._tokens = TokenKeeper(endpoint.fetch, store=token_store)
         self._state = _State.UNOPENED
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -424,55 +418,6 @@ class DispatchSession:
                 self._throttle.pause(pause)
             raise error
         raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _fetch_token(self) -> Token:
-        async def once() -> Token:
-            started = time.monotonic()
-            answer = await self._transport.request(
-                "POST",
-                "/oauth/token",
-                headers={"Accept": _FORM, "Content-Type": _FORM},
-                data={"grant_type": "client_credentials", "client_secret": self._secret.reveal()},
-            )
-            if answer.status == 200:
-                issued = parse_token_answer(answer.body)
-                if has_control_characters(issued.access_token):
-                    raise AuthenticationError(
-                        "the access token has control characters; refusing it"
-                    )
-                return Token.issued(issued.access_token, started, issued.expires_in)
-            if answer.status in (401, 403):
-                raise AuthenticationError(
-                    f"the service rejected the client secret (HTTP {answer.status})"
-                )
-            # No body kept from here: it may echo the form, and the form holds the secret.
-            if 300 <= answer.status < 500 and answer.status != 429:
-                raise AuthenticationError(
-                    f"the token endpoint refused the request (HTTP {answer.status}); "
-                    "check the client secret and base_url"
-                )
-            raise status_error(
-                answer.status,
-                answer.headers,
-                b"",
-                retry_after=parse_retry_after(answer.headers.get("Retry-After")),
-            )
-
-        try:
-            return await retrying(self.retry, once, should_retry=_token_retryable)
-        except AuthenticationError:
-            raise
-        except DispatchError as error:
-            # Every request needs a token: without one the job cannot go on. The secret
-            # was not refused, so this is not an AuthenticationError.
-            raise TokenUnavailableError(f"could not get an access token: {error}") from error
-
-
-def _token_retryable(error: BaseException) -> bool:
-    # Asking for a token twice is harmless, so any transport failure and any 429/5xx is retried.
-    if isinstance(error, TransportError):
-        return True
-    return isinstance(error, StatusError) and (error.status == 429 or error.status >= 500)
 
 
 def _timeout(timeout: float | aiohttp.ClientTimeout) -> aiohttp.ClientTimeout:
