@@ -498,8 +498,15 @@ class SendJob:
         return ended
 
     async def _consume(self, parts: AsyncIterator[DispatchResult]) -> None:
-        async for part in parts:
-            self._record_part(part)
+        try:
+            async for part in parts:
+                self._record_part(part)
+        finally:
+            # A failed record (a write error) leaves the SDK's generator suspended; close it
+            # here, in its own task, rather than at loop shutdown.
+            aclose = getattr(parts, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     def _on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -577,12 +584,18 @@ async def run_send(spec: JobSpec) -> int:
             if not display.quiet:
                 progress.note(_intro(spec, recorded))
             with _logging_to(progress, display.verbose):
+                # Only a run that returned can be complete: any exception (a write error, a
+                # bug) leaves the journal, so --resume settles what may have been sent.
+                ended_normally = False
                 try:
                     ended = await job.run(parts)
+                    ended_normally = True
                 finally:
-                    files.finish(complete=job.complete)
                     progress.close()
+                    files.finish(complete=ended_normally and job.complete)
             return _conclude(spec, job, recorded, ended)
+    except OSError as exc:
+        raise Problem(f"cannot write {spec.output}: {exc.strerror or exc}", FAILED) from None
     finally:
         rows.close()
         files.close()

@@ -1,0 +1,75 @@
+"""The command under hostile conditions: a full disk, a kill, a second path, a corrupt file.
+
+Every test runs the real command as a subprocess against the simulator, as test_cli does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import signal
+from pathlib import Path
+
+from dispatch_async.testing import FakeDispatchServer
+from tests import test_cli
+from tests.test_cli import COMMAND, Run, by_line, dispatch_async, has_journal, numbers, write_csv
+
+# The same simulator and environment as test_cli.
+server = test_cli.server
+env = test_cli.env
+
+
+async def run_with_file_size_limit(*args: str | Path, env: dict[str, str], limit: int) -> Run:
+    """Run the command with RLIMIT_FSIZE set, SIGXFSZ ignored, so a write past it fails."""
+
+    def limit_writes() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    process = await asyncio.create_subprocess_exec(
+        *COMMAND,
+        *map(str, args),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        preexec_fn=limit_writes,
+    )
+    async with asyncio.timeout(30):
+        out, err = await process.communicate()
+    assert process.returncode is not None
+    return Run(process.returncode, out.decode(), err.decode())
+
+
+class TestWriteErrors:
+    async def test_a_full_disk_keeps_the_journal_and_resume_sends_nothing_twice(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "in.csv", "number", numbers(2000))
+        out = tmp_path / "out.jsonl"
+        # Big enough for the journal and some records, far too small for 2,000 records.
+        run = await run_with_file_size_limit(
+            "send",
+            "basic",
+            "--text",
+            "hi",
+            "-q",
+            "-i",
+            source,
+            "-o",
+            out,
+            env=env,
+            limit=150 * 512,
+        )
+        assert run.code == 1, run.stderr
+        assert "Traceback" not in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert "File too large" in run.stderr
+        assert has_journal(out)
+
+        again = await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, "--resume", env=env
+        )
+        assert again.code in (0, 1), again.stderr
+        assert not server.stats.duplicates
+        assert sorted(by_line(out)) == list(range(2, 2002))
