@@ -201,10 +201,15 @@ class JobFiles:
 
     def __init__(self, output: Path) -> None:
         self.output = output
-        self.journal = Path(f"{output}.pending")
-        self._scratch = Path(f"{output}.tmp")
+        # Through a symlink, the journal and the rewrite belong to the file it points to:
+        # a second path then meets the same lock, and the symlink stays a symlink.
+        real = Path(os.path.realpath(output))
+        self.journal = Path(f"{real}.pending")
+        self._real = real
+        self._scratch = Path(f"{real}.tmp")
         self._out: int | None = None
         self._journal: int | None = None
+        self._held: int | None = None  # the output's inode, locked before it is rewritten
 
     # -- starting ------------------------------------------------------------------
 
@@ -241,6 +246,10 @@ class JobFiles:
             self._journal = os.open(self.journal, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             self._lock(self._journal)
             ours = not resume
+            # A hard link is a second path with its own journal: lock the output's inode too.
+            if resume and self._real.exists():
+                self._held = os.open(self._real, os.O_RDONLY)
+                self._lock(self._held)
             previous = _read_all(self._journal)
             if not previous.startswith(_HEADER + b"\n"):
                 if previous:
@@ -254,8 +263,13 @@ class JobFiles:
             elif resume:
                 recorded._mark_pending(_parse_journal(previous, self.journal))
                 self._reset_journal(recorded)
-            self._out = os.open(self.output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            _sync_dir(self.output)
+            if self._held is not None:
+                # A second lock on the same inode from this process would conflict with it.
+                os.close(self._held)
+                self._held = None
+            self._out = os.open(self._real, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._lock(self._out)
+            _sync_dir(self._real)
         except BaseException as exc:
             for path in (self._scratch, self.journal) if ours else (self._scratch,):
                 with contextlib.suppress(FileNotFoundError):
@@ -274,7 +288,8 @@ class JobFiles:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise JobFilesError(
-                f"another dispatch-async run is using {self.output} ({self.journal} is locked)"
+                f"another dispatch-async run is using {self.output} (it or its journal "
+                f"{self.journal} is locked)"
             ) from None
 
     def _scan(self, recorded: Recorded, sink: IO[bytes] | None) -> None:
@@ -299,8 +314,8 @@ class JobFiles:
             self._reset_journal(recorded)
             sink.flush()
             os.fsync(sink.fileno())
-        os.replace(self._scratch, self.output)
-        _sync_dir(self.output)
+        os.replace(self._scratch, self._real)
+        _sync_dir(self._real)
 
     def _reset_journal(self, recorded: Recorded) -> None:
         lines = [b"reset"]
@@ -330,15 +345,15 @@ class JobFiles:
         if complete:
             with contextlib.suppress(FileNotFoundError):
                 self.journal.unlink()
-            _sync_dir(self.output)
+            _sync_dir(self._real)
         self.close()
 
     def close(self) -> None:
         """Close both files (releasing the lock). Safe to call twice."""
-        for fd in (self._out, self._journal):
+        for fd in (self._out, self._journal, self._held):
             if fd is not None:
                 os.close(fd)
-        self._out = self._journal = None
+        self._out = self._journal = self._held = None
 
     def _write_journal(self, data: bytes) -> None:
         assert self._journal is not None

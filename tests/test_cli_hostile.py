@@ -10,9 +10,20 @@ import resource
 import signal
 from pathlib import Path
 
+import pytest
+
 from dispatch_async.testing import FakeDispatchServer
 from tests import test_cli
-from tests.test_cli import COMMAND, Run, by_line, dispatch_async, has_journal, numbers, write_csv
+from tests.test_cli import (
+    COMMAND,
+    Run,
+    by_line,
+    dispatch_async,
+    has_journal,
+    numbers,
+    wait_for_records,
+    write_csv,
+)
 
 # The same simulator and environment as test_cli.
 server = test_cli.server
@@ -73,3 +84,33 @@ class TestWriteErrors:
         assert again.code in (0, 1), again.stderr
         assert not server.stats.duplicates
         assert sorted(by_line(out)) == list(range(2, 2002))
+
+
+class TestOneRunPerOutput:
+    @pytest.mark.parametrize("alias", ["symlink", "hardlink"])
+    async def test_a_second_path_to_the_same_output_is_refused_while_the_first_runs(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path, alias: str
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(200))
+        out = tmp_path / "r.jsonl"
+        other = tmp_path / "alias.jsonl"
+        args = ("send", "basic", "--text", "hi", "-i", source, "--chunk-size", "10")
+        server.latency = 0.05
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND, *map(str, args), "-o", str(out), "--concurrency", "1",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        try:
+            await wait_for_records(out, 10, process)
+            if alias == "symlink":
+                other.symlink_to(out)
+            else:
+                other.hardlink_to(out)
+            second = await dispatch_async(*args, "-o", other, "--resume", env=env)
+        finally:
+            process.kill()
+            await process.wait()
+        assert second.code == 2, second.stderr
+        assert "another dispatch-async run is using" in second.stderr
+        assert other.is_symlink() == (alias == "symlink"), "the alias was left as it was"
+        assert not server.stats.duplicates
