@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
@@ -261,6 +261,7 @@ class Source:
         batch = Batch()
         recorded = self._recorded
         seen = recorded.seen
+        key = recorded.canonical
         send = batch.rows
         settled = batch.records
         limit = max(size, 1000) * 4
@@ -289,7 +290,10 @@ class Source:
                     )
                 )
                 batch.interrupted += 1
-            elif seen is not None and row.number in seen:
+                if seen is not None and key is not None:
+                    # Maybe sent: a later row with its number is a duplicate.
+                    seen.add(key(row.message["number"]))
+            elif seen is not None and key is not None and key(row.message["number"]) in seen:
                 settled.append(invalid_record(line, row.number, DUPLICATE))
                 batch.duplicates += 1
             else:
@@ -564,7 +568,7 @@ async def run_send(spec: JobSpec) -> int:
                 recorded = files.start(
                     resume=spec.resume,
                     resend_maybe_sent=spec.resend_maybe_sent,
-                    dedupe=spec.batching.dedupe,
+                    dedupe=_dedupe_key(spec),
                 )
             except JobFilesError as exc:
                 raise Problem(str(exc)) from None
@@ -605,11 +609,13 @@ def run_plan(spec: JobSpec, out: TextIO) -> int:
     """``--dry-run``: read and check the input, print the chunk plan, send nothing."""
     rows = _open_input(spec.input)
     try:
-        recorded = Recorded(seen=set() if spec.batching.dedupe else None)
+        recorded = Recorded(
+            seen=set() if spec.batching.dedupe else None, canonical=_dedupe_key(spec)
+        )
         if spec.resume and spec.output is not None:
             try:
                 recorded = JobFiles(spec.output).inspect(
-                    resend_maybe_sent=spec.resend_maybe_sent, dedupe=spec.batching.dedupe
+                    resend_maybe_sent=spec.resend_maybe_sent, dedupe=_dedupe_key(spec)
                 )
             except (JobFilesError, OSError) as exc:
                 raise Problem(str(exc)) from None
@@ -712,6 +718,18 @@ def _session(spec: JobSpec) -> DispatchSession:
         )
     except (DispatchError, ValueError, TypeError) as exc:
         raise Problem(str(exc)) from None
+
+
+def _dedupe_key(spec: JobSpec) -> Callable[[str], str] | None:
+    """The one form --dedupe compares numbers in, the SDK's (None without --dedupe)."""
+    batching = spec.batching
+    if not batching.dedupe:
+        return None
+    try:
+        screen = Screen(dedupe=True, prevalidate=batching.prevalidate, region=batching.region)
+    except DispatchError as exc:
+        raise Problem(str(exc)) from None
+    return screen.canonical
 
 
 def _open_input(spec: InputSpec) -> Rows:

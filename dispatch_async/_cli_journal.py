@@ -29,7 +29,7 @@ import re
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -113,6 +113,8 @@ class Recorded:
     crcs: array[int] = attrs.field(factory=lambda: array("I"))
     kept: Counter[str] = attrs.field(factory=Counter)
     seen: set[str] | None = None
+    #: The form ``seen`` holds (the one dedupe compares), applied to what is loaded back.
+    canonical: Callable[[str], str] | None = None
     redo: int = 0
     duplicates: int = 0
     torn: bool = False
@@ -182,7 +184,7 @@ class Recorded:
         if number is not None:
             self.crcs[line] = _crc(number)
             if self.seen is not None and not (outcome == "invalid" and reason == DUPLICATE):
-                self.seen.add(number)
+                self.seen.add(self.canonical(number) if self.canonical else number)
         self.kept[outcome] += 1
         return True
 
@@ -213,16 +215,21 @@ class JobFiles:
 
     # -- starting ------------------------------------------------------------------
 
-    def inspect(self, *, resend_maybe_sent: bool, dedupe: bool) -> Recorded:
-        """What a resume would find, read only (for ``--dry-run``)."""
-        recorded = Recorded(resend_maybe_sent, seen=set() if dedupe else None)
+    def inspect(self, *, resend_maybe_sent: bool, dedupe: Callable[[str], str] | None) -> Recorded:
+        """What a resume would find, read only (for ``--dry-run``).
+
+        *dedupe* is the canonical form of a number for ``--dedupe`` (None without it).
+        """
+        recorded = _recorded(resend_maybe_sent, dedupe)
         if self.output.exists():
             self._scan(recorded, None)
         if self.journal.exists():
             recorded._mark_pending(_parse_journal(self.journal.read_bytes(), self.journal))
         return recorded
 
-    def start(self, *, resume: bool, resend_maybe_sent: bool, dedupe: bool) -> Recorded:
+    def start(
+        self, *, resume: bool, resend_maybe_sent: bool, dedupe: Callable[[str], str] | None
+    ) -> Recorded:
         """Lock the journal and get the output ready to append to; compact it on resume.
 
         Raises:
@@ -240,7 +247,7 @@ class JobFiles:
                         f"{path} exists: add --resume to continue that job, "
                         "or choose another --output"
                     )
-        recorded = Recorded(resend_maybe_sent, seen=set() if dedupe else None)
+        recorded = _recorded(resend_maybe_sent, dedupe)
         ours = False  # a journal this run created and locked: removed again on failure
         try:
             self._journal = os.open(self.journal, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
@@ -359,6 +366,12 @@ class JobFiles:
         assert self._journal is not None
         _write_all(self._journal, data)
         os.fsync(self._journal)
+
+
+def _recorded(resend_maybe_sent: bool, dedupe: Callable[[str], str] | None) -> Recorded:
+    if dedupe is None:
+        return Recorded(resend_maybe_sent)
+    return Recorded(resend_maybe_sent, seen=set(), canonical=dedupe)
 
 
 def _parse_journal(data: bytes, path: Path) -> list[tuple[int, int]]:

@@ -20,6 +20,7 @@ from tests.test_cli import (
     by_line,
     dispatch_async,
     has_journal,
+    line_count,
     numbers,
     wait_for_records,
     write_csv,
@@ -114,3 +115,34 @@ class TestOneRunPerOutput:
         assert "another dispatch-async run is using" in second.stderr
         assert other.is_symlink() == (alias == "symlink"), "the alias was left as it was"
         assert not server.stats.duplicates
+
+
+class TestDedupeAcrossResume:
+    @pytest.mark.parametrize("prevalidate", [False, True], ids=["raw", "e164"])
+    async def test_dedupe_holds_across_a_kill_and_resume(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path, prevalidate: bool
+    ) -> None:
+        half = 20_000
+        first = numbers(half)
+        # Every number again later: the same text, or (with --prevalidate) its national form.
+        again = [n.removeprefix("+55") for n in first] if prevalidate else first
+        source = write_csv(tmp_path / "c.csv", "number", first + again)
+        out = tmp_path / "r.jsonl"
+        args = ["send", "basic", "--text", "hi", "-i", source, "-o", out, "-q", "--dedupe"]
+        if prevalidate:
+            args += ["--prevalidate", "--region", "BR"]
+        server.latency = 0.02  # requests are in flight when the kill lands
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND, *map(str, args), "--chunk-size", "500", "--concurrency", "4",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        await wait_for_records(out, 2000, process)
+        process.kill()
+        await process.wait()
+        assert line_count(out) < half, "killed in the first half"
+
+        server.latency = 0
+        resumed = await dispatch_async(*args, "--resume", env=env, kill_after=60)
+        assert resumed.code in (0, 1), resumed.stderr
+        assert sorted(by_line(out)) == list(range(2, 2 * half + 2))
+        assert not server.stats.duplicates, "no number was received twice"
