@@ -23,6 +23,7 @@ __all__ = [
     "Format",
     "InputProblem",
     "Row",
+    "UnreadableInput",
     "count_lines",
     "open_rows",
 ]
@@ -37,8 +38,16 @@ _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 _FIELDS = frozenset({"number", "vars"})
 
 
+#: The longest CSV field read (csv's default, 131,072, is less than some real notes).
+_FIELD_LIMIT = 1 << 23
+
+
 class InputProblem(Exception):
     """The input as a whole cannot be read (a missing column, an unreadable header)."""
+
+
+class UnreadableInput(InputProblem):
+    """The input cannot be read past a line: what follows it is not trusted as rows."""
 
 
 class Row(NamedTuple):
@@ -202,6 +211,7 @@ def _csv_rows(
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="surrogateescape", newline="")
     # strict: a stray quote is reported on its row instead of swallowing the file's rest.
     reader = csv.reader(text, strict=True)
+    csv.field_size_limit(_FIELD_LIMIT)
     names = [name.strip() for name in columns] if columns is not None else _header(reader)
     if names is None:
         _detach(text)
@@ -265,10 +275,12 @@ def _csv_iter(
         except StopIteration:
             return
         except csv.Error as exc:
-            end = reader.line_num
-            span = f" (lines {start}-{end})" if end > start else ""
-            yield Row(start, None, None, f"not valid CSV{span}: {exc}")
-            continue
+            # Reading on would start inside the broken record (a quoted field's text could
+            # become recipients): nothing after it is trusted.
+            raise UnreadableInput(
+                f"line {start} of the input is not valid CSV ({exc}); nothing from there on "
+                "was read: fix the file, then run again with --resume"
+            ) from None
         if not fields or (len(fields) == 1 and not fields[0].strip()):
             continue  # a blank line is not a row
         if len(fields) != width:

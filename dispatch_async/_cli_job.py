@@ -619,7 +619,10 @@ def run_plan(spec: JobSpec, out: TextIO) -> int:
                 )
             except (JobFilesError, OSError) as exc:
                 raise Problem(str(exc)) from None
-        return _plan(spec, Source(rows, recorded, spec.output), out)
+        try:
+            return _plan(spec, Source(rows, recorded, spec.output), out)
+        except InputProblem as exc:
+            raise Problem(str(exc), FAILED) from None
     finally:
         rows.close()
 

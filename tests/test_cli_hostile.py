@@ -146,3 +146,56 @@ class TestDedupeAcrossResume:
         assert resumed.code in (0, 1), resumed.stderr
         assert sorted(by_line(out)) == list(range(2, 2 * half + 2))
         assert not server.stats.duplicates, "no number was received twice"
+
+
+class TestBrokenCsv:
+    PLANTED = "+5511990099"
+
+    def planted(self, tmp_path: Path, size: int) -> Path:
+        """Row 2 has a quoted field of *size* characters hiding a recipient line."""
+        hidden = "x" * size + f"\n{self.PLANTED},INJECTED\n" + "y" * 10
+        good = numbers(3)
+        text = f'number,note\n{good[0]},"{hidden}"\n{good[1]},ok\n{good[2]},ok\n'
+        path = tmp_path / "c.csv"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    async def test_a_long_quoted_field_is_one_field(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = self.planted(tmp_path, 200_000)
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, env=env
+        )
+        assert run.code == 0, run.stderr
+        assert self.PLANTED not in server.stats.received
+        assert set(server.stats.received) == set(numbers(3))
+
+    async def test_an_unreadable_csv_record_ends_the_input_without_resynchronising(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = self.planted(tmp_path, 20_000_000)  # beyond any sane field size
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, env=env
+        )
+        assert run.code == 1, run.stderr
+        assert "Traceback" not in run.stderr
+        assert "line 2" in run.stderr
+        assert self.PLANTED not in server.stats.received
+        assert not server.stats.received, "nothing after the broken record is trusted"
+        assert has_journal(out), "the job is not complete"
+
+    async def test_a_dry_run_names_the_unreadable_csv_record(
+        self, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = self.planted(tmp_path, 20_000_000)
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", source, "-o", tmp_path / "r.jsonl",
+            "--dry-run", env=env,
+        )  # fmt: skip
+        assert run.code == 1, run.stderr
+        assert "Traceback" not in run.stderr
+        assert "line 2 of the input is not valid CSV" in run.stderr
+        assert self.PLANTED not in run.stdout + run.stderr
