@@ -244,6 +244,11 @@ def _header(reader: Any) -> list[str] | None:
                 f"the CSV header (line {reader.line_num}) is unreadable: {exc}"
             ) from None
         if fields and any(f.strip() for f in fields):
+            if not _is_utf8(fields):
+                raise InputProblem(
+                    f"the CSV header (line {reader.line_num}) is not valid UTF-8: "
+                    "save the file as UTF-8"
+                )
             return [name.strip() for name in fields]
 
 

@@ -199,3 +199,40 @@ class TestBrokenCsv:
         assert "Traceback" not in run.stderr
         assert "line 2 of the input is not valid CSV" in run.stderr
         assert self.PLANTED not in run.stdout + run.stderr
+
+
+class TestInvalidUtf8:
+    async def test_a_csv_header_that_is_not_utf8_is_refused_before_anything_is_written(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.csv"
+        source.write_bytes(b"number,n\xe9me\n" + "".join(f"{n},Ana\n" for n in numbers(3)).encode())
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, env=env
+        )
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert "header" in run.stderr
+        assert "UTF-8" in run.stderr
+        assert not out.exists()
+        assert not has_journal(out)
+        assert not server.stats.received
+
+    async def test_a_data_row_that_is_not_utf8_is_recorded_malformed_and_not_sent(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        good = numbers(2)
+        source = tmp_path / "c.csv"
+        source.write_bytes(
+            f"number,name\n{good[0]},Ana\n".encode() + b"+5511900000009,B\xeda\n"
+            + f"{good[1]},Bia\n".encode()
+        )  # fmt: skip
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, env=env
+        )
+        assert run.code == 0, run.stderr
+        found = by_line(out)
+        assert found[3]["outcome"] == "invalid"
+        assert set(server.stats.received) == set(good)
