@@ -25,6 +25,7 @@ __all__ = [
     "Row",
     "UnreadableInput",
     "count_lines",
+    "line_bound",
     "open_rows",
 ]
 
@@ -40,6 +41,8 @@ _FIELDS = frozenset({"number", "vars"})
 
 #: The longest CSV field read (csv's default, 131,072, is less than some real notes).
 _FIELD_LIMIT = 1 << 23
+#: Lines a job from a pipe may run to (two bytes of bookkeeping per line: 1 GiB).
+_PIPE_LINE_BOUND = 1 << 29
 
 
 class InputProblem(Exception):
@@ -131,6 +134,21 @@ def count_lines(path: str) -> int | None:
     except OSError:
         return None
     return lines + (last != b"\n")
+
+
+def line_bound(path: str) -> int:
+    """No input line number can be above this: a file of N bytes has at most N + 1 lines.
+
+    What a corrupt output or journal says is checked against it, so it never sizes memory.
+    A pipe has no size: its bound is the most lines a job's memory is meant to track.
+    """
+    try:
+        info = os.stat(path) if path != "-" else None
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode):
+        return _PIPE_LINE_BOUND
+    return info.st_size + 1
 
 
 def _guess_format(path: str, stream: IO[bytes]) -> Literal["csv", "jsonl"]:

@@ -28,7 +28,16 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 import attrs
 
 from ._batch import BatchOptions
-from ._cli_input import MALFORMED, Format, InputProblem, Row, Rows, count_lines, open_rows
+from ._cli_input import (
+    MALFORMED,
+    Format,
+    InputProblem,
+    Row,
+    Rows,
+    count_lines,
+    line_bound,
+    open_rows,
+)
 from ._cli_journal import (
     JobFiles,
     JobFilesError,
@@ -558,7 +567,7 @@ async def run_send(spec: JobSpec) -> int:
         raise Problem("--output FILE is required: the results file, which --resume reads back")
     session = _session(spec)
     rows = _open_input(spec.input)
-    files = JobFiles(spec.output)
+    files = JobFiles(spec.output, max_line=line_bound(spec.input.path))
     job = SendJob(spec, files)
     try:
         async with session:
@@ -614,7 +623,7 @@ def run_plan(spec: JobSpec, out: TextIO) -> int:
         )
         if spec.resume and spec.output is not None:
             try:
-                recorded = JobFiles(spec.output).inspect(
+                recorded = JobFiles(spec.output, max_line=line_bound(spec.input.path)).inspect(
                     resend_maybe_sent=spec.resend_maybe_sent, dedupe=_dedupe_key(spec)
                 )
             except (JobFilesError, OSError) as exc:

@@ -113,6 +113,8 @@ class Recorded:
     crcs: array[int] = attrs.field(factory=lambda: array("I"))
     kept: Counter[str] = attrs.field(factory=Counter)
     seen: set[str] | None = None
+    #: No input line is above this (see ``line_bound``); a record beyond it is corrupt.
+    max_line: int = 0
     #: The form ``seen`` holds (the one dedupe compares), applied to what is loaded back.
     canonical: Callable[[str], str] | None = None
     redo: int = 0
@@ -164,6 +166,11 @@ class Recorded:
             ) from None
         if type(line) is not int or line < 1 or outcome not in OUTCOMES:
             raise JobFilesError(f"{where} has no valid line and outcome; fix or delete it")
+        if line > self.max_line:
+            raise JobFilesError(
+                f"{where} names line {line:,}, but the input has at most {self.max_line:,} "
+                "lines: it is not an output of this input; fix or delete it"
+            )
         number = record.get("number")
         number = number if type(number) is str else None
         reason = record.get("reason")
@@ -188,8 +195,14 @@ class Recorded:
         self.kept[outcome] += 1
         return True
 
-    def _mark_pending(self, ranges: Iterable[tuple[int, int]]) -> None:
+    def _mark_pending(self, ranges: Iterable[tuple[int, int]], where: Path) -> None:
         for first, last in ranges:
+            if not 1 <= first <= last <= self.max_line:
+                raise JobFilesError(
+                    f"{where} has the range {first:,}-{last:,}, but the input has at most "
+                    f"{self.max_line:,} lines: it is not a journal of this input; "
+                    "fix or delete it"
+                )
             self._grow(last)
             self.status[first : last + 1] = self.status[first : last + 1].translate(_MARK_PENDING)
 
@@ -201,8 +214,9 @@ class Recorded:
 class JobFiles:
     """The output file and its journal, for the duration of one run."""
 
-    def __init__(self, output: Path) -> None:
+    def __init__(self, output: Path, *, max_line: int) -> None:
         self.output = output
+        self.max_line = max_line  # the input's bound: a line above it is corruption
         # Through a symlink, the journal and the rewrite belong to the file it points to:
         # a second path then meets the same lock, and the symlink stays a symlink.
         real = Path(os.path.realpath(output))
@@ -220,11 +234,13 @@ class JobFiles:
 
         *dedupe* is the canonical form of a number for ``--dedupe`` (None without it).
         """
-        recorded = _recorded(resend_maybe_sent, dedupe)
+        recorded = _recorded(resend_maybe_sent, dedupe, self.max_line)
         if self.output.exists():
             self._scan(recorded, None)
         if self.journal.exists():
-            recorded._mark_pending(_parse_journal(self.journal.read_bytes(), self.journal))
+            recorded._mark_pending(
+                _parse_journal(self.journal.read_bytes(), self.journal), self.journal
+            )
         return recorded
 
     def start(
@@ -247,7 +263,7 @@ class JobFiles:
                         f"{path} exists: add --resume to continue that job, "
                         "or choose another --output"
                     )
-        recorded = _recorded(resend_maybe_sent, dedupe)
+        recorded = _recorded(resend_maybe_sent, dedupe, self.max_line)
         ours = False  # a journal this run created and locked: removed again on failure
         try:
             self._journal = os.open(self.journal, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
@@ -268,7 +284,7 @@ class JobFiles:
             if resume and self.output.exists():
                 self._compact(recorded, previous)
             elif resume:
-                recorded._mark_pending(_parse_journal(previous, self.journal))
+                recorded._mark_pending(_parse_journal(previous, self.journal), self.journal)
                 self._reset_journal(recorded)
             if self._held is not None:
                 # A second lock on the same inode from this process would conflict with it.
@@ -316,7 +332,7 @@ class JobFiles:
     def _compact(self, recorded: Recorded, journal: bytes) -> None:
         with open(self._scratch, "wb") as sink:
             self._scan(recorded, sink)
-            recorded._mark_pending(_parse_journal(journal, self.journal))
+            recorded._mark_pending(_parse_journal(journal, self.journal), self.journal)
             # The journal first: until the output is replaced, the old one still agrees.
             self._reset_journal(recorded)
             sink.flush()
@@ -368,10 +384,12 @@ class JobFiles:
         os.fsync(self._journal)
 
 
-def _recorded(resend_maybe_sent: bool, dedupe: Callable[[str], str] | None) -> Recorded:
+def _recorded(
+    resend_maybe_sent: bool, dedupe: Callable[[str], str] | None, max_line: int
+) -> Recorded:
     if dedupe is None:
-        return Recorded(resend_maybe_sent)
-    return Recorded(resend_maybe_sent, seen=set(), canonical=dedupe)
+        return Recorded(resend_maybe_sent, max_line=max_line)
+    return Recorded(resend_maybe_sent, seen=set(), canonical=dedupe, max_line=max_line)
 
 
 def _parse_journal(data: bytes, path: Path) -> list[tuple[int, int]]:

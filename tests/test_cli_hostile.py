@@ -236,3 +236,62 @@ class TestInvalidUtf8:
         found = by_line(out)
         assert found[3]["outcome"] == "invalid"
         assert set(server.stats.received) == set(good)
+
+
+class TestCorruptJobFiles:
+    JOURNAL_HEADER = b"dispatch-async journal 1\n"
+
+    async def resume_after(
+        self, env: dict[str, str], tmp_path: Path, *, journal: bytes | None, output: bytes
+    ) -> Run:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(5))
+        out = tmp_path / "r.jsonl"
+        out.write_bytes(output)
+        if journal is not None:
+            (tmp_path / "r.jsonl.pending").write_bytes(journal)
+        return await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, "--resume", env=env
+        )
+
+    @pytest.mark.parametrize(
+        "journal",
+        [
+            JOURNAL_HEADER + b"1-3000000000\n",
+            JOURNAL_HEADER + b"reset\n99999999999999-99999999999999\nend\n",
+            JOURNAL_HEADER + b"3-1\n",
+            JOURNAL_HEADER + b"garbage\n",
+            b"dispatch-async jour\n",
+        ],
+        ids=["huge-range", "huge-reset", "backwards", "garbage", "truncated-header"],
+    )
+    async def test_a_corrupt_journal_is_refused_with_exit_2(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path, journal: bytes
+    ) -> None:
+        run = await self.resume_after(env, tmp_path, journal=journal, output=b"")
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert "MemoryError" not in run.stderr
+        assert ".pending" in run.stderr
+        assert not server.stats.received
+
+    @pytest.mark.parametrize(
+        "record",
+        [b'{"line": 99999999999999, "outcome": "sent", "number": "+5511900000000"}\n'],
+    )
+    async def test_an_output_naming_a_line_beyond_the_input_is_refused_with_exit_2(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path, record: bytes
+    ) -> None:
+        run = await self.resume_after(env, tmp_path, journal=None, output=record)
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert "line 99,999,999,999,999" in run.stderr
+        assert not server.stats.received
+
+    async def test_a_journal_that_is_a_directory_is_refused_with_exit_2(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        (tmp_path / "r.jsonl.pending").mkdir()
+        run = await self.resume_after(env, tmp_path, journal=None, output=b"")
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert not server.stats.received
