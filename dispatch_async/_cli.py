@@ -186,7 +186,13 @@ _send_options = _options(
         envvar="DISPATCH_MAX_RETRY_TIME",
         help="Seconds to keep retrying one request.",
     ),
-    click.option("--dedupe", is_flag=True, help="Send each number once, across resumes too."),
+    click.option(
+        "--dedupe",
+        is_flag=True,
+        help="Send each number once, across resumes too. Numbers are compared in E.164 "
+        "with --prevalidate; without it, as written: 11987654322 and +5511987654322 are "
+        "then two numbers.",
+    ),
     click.option(
         "--prevalidate",
         is_flag=True,

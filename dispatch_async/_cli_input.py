@@ -23,7 +23,9 @@ __all__ = [
     "Format",
     "InputProblem",
     "Row",
+    "UnreadableInput",
     "count_lines",
+    "line_bound",
     "open_rows",
 ]
 
@@ -37,8 +39,18 @@ _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 _FIELDS = frozenset({"number", "vars"})
 
 
+#: The longest CSV field read (csv's default, 131,072, is less than some real notes).
+_FIELD_LIMIT = 1 << 23
+#: Lines a job from a pipe may run to (two bytes of bookkeeping per line: 1 GiB).
+_PIPE_LINE_BOUND = 1 << 29
+
+
 class InputProblem(Exception):
     """The input as a whole cannot be read (a missing column, an unreadable header)."""
+
+
+class UnreadableInput(InputProblem):
+    """The input cannot be read past a line: what follows it is not trusted as rows."""
 
 
 class Row(NamedTuple):
@@ -124,6 +136,21 @@ def count_lines(path: str) -> int | None:
     return lines + (last != b"\n")
 
 
+def line_bound(path: str) -> int:
+    """No input line number can be above this: a file of N bytes has at most N + 1 lines.
+
+    What a corrupt output or journal says is checked against it, so it never sizes memory.
+    A pipe has no size: its bound is the most lines a job's memory is meant to track.
+    """
+    try:
+        info = os.stat(path) if path != "-" else None
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode):
+        return _PIPE_LINE_BOUND
+    return info.st_size + 1
+
+
 def _guess_format(path: str, stream: IO[bytes]) -> Literal["csv", "jsonl"]:
     lowered = path.lower()
     if lowered.endswith(".csv"):
@@ -202,6 +229,7 @@ def _csv_rows(
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="surrogateescape", newline="")
     # strict: a stray quote is reported on its row instead of swallowing the file's rest.
     reader = csv.reader(text, strict=True)
+    csv.field_size_limit(_FIELD_LIMIT)
     names = [name.strip() for name in columns] if columns is not None else _header(reader)
     if names is None:
         _detach(text)
@@ -234,6 +262,11 @@ def _header(reader: Any) -> list[str] | None:
                 f"the CSV header (line {reader.line_num}) is unreadable: {exc}"
             ) from None
         if fields and any(f.strip() for f in fields):
+            if not _is_utf8(fields):
+                raise InputProblem(
+                    f"the CSV header (line {reader.line_num}) is not valid UTF-8: "
+                    "save the file as UTF-8"
+                )
             return [name.strip() for name in fields]
 
 
@@ -265,10 +298,12 @@ def _csv_iter(
         except StopIteration:
             return
         except csv.Error as exc:
-            end = reader.line_num
-            span = f" (lines {start}-{end})" if end > start else ""
-            yield Row(start, None, None, f"not valid CSV{span}: {exc}")
-            continue
+            # Reading on would start inside the broken record (a quoted field's text could
+            # become recipients): nothing after it is trusted.
+            raise UnreadableInput(
+                f"line {start} of the input is not valid CSV ({exc}); nothing from there on "
+                "was read: fix the file, then run again with --resume"
+            ) from None
         if not fields or (len(fields) == 1 and not fields[0].strip()):
             continue  # a blank line is not a row
         if len(fields) != width:

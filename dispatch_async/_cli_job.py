@@ -21,14 +21,23 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import attrs
 
 from ._batch import BatchOptions
-from ._cli_input import MALFORMED, Format, InputProblem, Row, Rows, count_lines, open_rows
+from ._cli_input import (
+    MALFORMED,
+    Format,
+    InputProblem,
+    Row,
+    Rows,
+    count_lines,
+    line_bound,
+    open_rows,
+)
 from ._cli_journal import (
     JobFiles,
     JobFilesError,
@@ -261,6 +270,7 @@ class Source:
         batch = Batch()
         recorded = self._recorded
         seen = recorded.seen
+        key = recorded.canonical
         send = batch.rows
         settled = batch.records
         limit = max(size, 1000) * 4
@@ -289,7 +299,10 @@ class Source:
                     )
                 )
                 batch.interrupted += 1
-            elif seen is not None and row.number in seen:
+                if seen is not None and key is not None:
+                    # Maybe sent: a later row with its number is a duplicate.
+                    seen.add(key(row.message["number"]))
+            elif seen is not None and key is not None and key(row.message["number"]) in seen:
                 settled.append(invalid_record(line, row.number, DUPLICATE))
                 batch.duplicates += 1
             else:
@@ -498,8 +511,15 @@ class SendJob:
         return ended
 
     async def _consume(self, parts: AsyncIterator[DispatchResult]) -> None:
-        async for part in parts:
-            self._record_part(part)
+        try:
+            async for part in parts:
+                self._record_part(part)
+        finally:
+            # A failed record (a write error) leaves the SDK's generator suspended; close it
+            # here, in its own task, rather than at loop shutdown.
+            aclose = getattr(parts, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     def _on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -547,7 +567,7 @@ async def run_send(spec: JobSpec) -> int:
         raise Problem("--output FILE is required: the results file, which --resume reads back")
     session = _session(spec)
     rows = _open_input(spec.input)
-    files = JobFiles(spec.output)
+    files = JobFiles(spec.output, max_line=line_bound(spec.input.path))
     job = SendJob(spec, files)
     try:
         async with session:
@@ -557,7 +577,7 @@ async def run_send(spec: JobSpec) -> int:
                 recorded = files.start(
                     resume=spec.resume,
                     resend_maybe_sent=spec.resend_maybe_sent,
-                    dedupe=spec.batching.dedupe,
+                    dedupe=_dedupe_key(spec),
                 )
             except JobFilesError as exc:
                 raise Problem(str(exc)) from None
@@ -577,12 +597,18 @@ async def run_send(spec: JobSpec) -> int:
             if not display.quiet:
                 progress.note(_intro(spec, recorded))
             with _logging_to(progress, display.verbose):
+                # Only a run that returned can be complete: any exception (a write error, a
+                # bug) leaves the journal, so --resume settles what may have been sent.
+                ended_normally = False
                 try:
                     ended = await job.run(parts)
+                    ended_normally = True
                 finally:
-                    files.finish(complete=job.complete)
                     progress.close()
+                    files.finish(complete=ended_normally and job.complete)
             return _conclude(spec, job, recorded, ended)
+    except OSError as exc:
+        raise Problem(f"cannot write {spec.output}: {exc.strerror or exc}", FAILED) from None
     finally:
         rows.close()
         files.close()
@@ -592,15 +618,20 @@ def run_plan(spec: JobSpec, out: TextIO) -> int:
     """``--dry-run``: read and check the input, print the chunk plan, send nothing."""
     rows = _open_input(spec.input)
     try:
-        recorded = Recorded(seen=set() if spec.batching.dedupe else None)
+        recorded = Recorded(
+            seen=set() if spec.batching.dedupe else None, canonical=_dedupe_key(spec)
+        )
         if spec.resume and spec.output is not None:
             try:
-                recorded = JobFiles(spec.output).inspect(
-                    resend_maybe_sent=spec.resend_maybe_sent, dedupe=spec.batching.dedupe
+                recorded = JobFiles(spec.output, max_line=line_bound(spec.input.path)).inspect(
+                    resend_maybe_sent=spec.resend_maybe_sent, dedupe=_dedupe_key(spec)
                 )
             except (JobFilesError, OSError) as exc:
                 raise Problem(str(exc)) from None
-        return _plan(spec, Source(rows, recorded, spec.output), out)
+        try:
+            return _plan(spec, Source(rows, recorded, spec.output), out)
+        except InputProblem as exc:
+            raise Problem(str(exc), FAILED) from None
     finally:
         rows.close()
 
@@ -699,6 +730,18 @@ def _session(spec: JobSpec) -> DispatchSession:
         )
     except (DispatchError, ValueError, TypeError) as exc:
         raise Problem(str(exc)) from None
+
+
+def _dedupe_key(spec: JobSpec) -> Callable[[str], str] | None:
+    """The one form --dedupe compares numbers in, the SDK's (None without --dedupe)."""
+    batching = spec.batching
+    if not batching.dedupe:
+        return None
+    try:
+        screen = Screen(dedupe=True, prevalidate=batching.prevalidate, region=batching.region)
+    except DispatchError as exc:
+        raise Problem(str(exc)) from None
+    return screen.canonical
 
 
 def _open_input(spec: InputSpec) -> Rows:

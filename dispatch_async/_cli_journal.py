@@ -29,7 +29,7 @@ import re
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -113,6 +113,10 @@ class Recorded:
     crcs: array[int] = attrs.field(factory=lambda: array("I"))
     kept: Counter[str] = attrs.field(factory=Counter)
     seen: set[str] | None = None
+    #: No input line is above this (see ``line_bound``); a record beyond it is corrupt.
+    max_line: int = 0
+    #: The form ``seen`` holds (the one dedupe compares), applied to what is loaded back.
+    canonical: Callable[[str], str] | None = None
     redo: int = 0
     duplicates: int = 0
     torn: bool = False
@@ -162,6 +166,11 @@ class Recorded:
             ) from None
         if type(line) is not int or line < 1 or outcome not in OUTCOMES:
             raise JobFilesError(f"{where} has no valid line and outcome; fix or delete it")
+        if line > self.max_line:
+            raise JobFilesError(
+                f"{where} names line {line:,}, but the input has at most {self.max_line:,} "
+                "lines: it is not an output of this input; fix or delete it"
+            )
         number = record.get("number")
         number = number if type(number) is str else None
         reason = record.get("reason")
@@ -182,12 +191,18 @@ class Recorded:
         if number is not None:
             self.crcs[line] = _crc(number)
             if self.seen is not None and not (outcome == "invalid" and reason == DUPLICATE):
-                self.seen.add(number)
+                self.seen.add(self.canonical(number) if self.canonical else number)
         self.kept[outcome] += 1
         return True
 
-    def _mark_pending(self, ranges: Iterable[tuple[int, int]]) -> None:
+    def _mark_pending(self, ranges: Iterable[tuple[int, int]], where: Path) -> None:
         for first, last in ranges:
+            if not 1 <= first <= last <= self.max_line:
+                raise JobFilesError(
+                    f"{where} has the range {first:,}-{last:,}, but the input has at most "
+                    f"{self.max_line:,} lines: it is not a journal of this input; "
+                    "fix or delete it"
+                )
             self._grow(last)
             self.status[first : last + 1] = self.status[first : last + 1].translate(_MARK_PENDING)
 
@@ -199,25 +214,38 @@ class Recorded:
 class JobFiles:
     """The output file and its journal, for the duration of one run."""
 
-    def __init__(self, output: Path) -> None:
+    def __init__(self, output: Path, *, max_line: int) -> None:
         self.output = output
-        self.journal = Path(f"{output}.pending")
-        self._scratch = Path(f"{output}.tmp")
+        self.max_line = max_line  # the input's bound: a line above it is corruption
+        # Through a symlink, the journal and the rewrite belong to the file it points to:
+        # a second path then meets the same lock, and the symlink stays a symlink.
+        real = Path(os.path.realpath(output))
+        self.journal = Path(f"{real}.pending")
+        self._real = real
+        self._scratch = Path(f"{real}.tmp")
         self._out: int | None = None
         self._journal: int | None = None
+        self._held: int | None = None  # the output's inode, locked before it is rewritten
 
     # -- starting ------------------------------------------------------------------
 
-    def inspect(self, *, resend_maybe_sent: bool, dedupe: bool) -> Recorded:
-        """What a resume would find, read only (for ``--dry-run``)."""
-        recorded = Recorded(resend_maybe_sent, seen=set() if dedupe else None)
+    def inspect(self, *, resend_maybe_sent: bool, dedupe: Callable[[str], str] | None) -> Recorded:
+        """What a resume would find, read only (for ``--dry-run``).
+
+        *dedupe* is the canonical form of a number for ``--dedupe`` (None without it).
+        """
+        recorded = _recorded(resend_maybe_sent, dedupe, self.max_line)
         if self.output.exists():
             self._scan(recorded, None)
         if self.journal.exists():
-            recorded._mark_pending(_parse_journal(self.journal.read_bytes(), self.journal))
+            recorded._mark_pending(
+                _parse_journal(self.journal.read_bytes(), self.journal), self.journal
+            )
         return recorded
 
-    def start(self, *, resume: bool, resend_maybe_sent: bool, dedupe: bool) -> Recorded:
+    def start(
+        self, *, resume: bool, resend_maybe_sent: bool, dedupe: Callable[[str], str] | None
+    ) -> Recorded:
         """Lock the journal and get the output ready to append to; compact it on resume.
 
         Raises:
@@ -235,12 +263,16 @@ class JobFiles:
                         f"{path} exists: add --resume to continue that job, "
                         "or choose another --output"
                     )
-        recorded = Recorded(resend_maybe_sent, seen=set() if dedupe else None)
+        recorded = _recorded(resend_maybe_sent, dedupe, self.max_line)
         ours = False  # a journal this run created and locked: removed again on failure
         try:
             self._journal = os.open(self.journal, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             self._lock(self._journal)
             ours = not resume
+            # A hard link is a second path with its own journal: lock the output's inode too.
+            if resume and self._real.exists():
+                self._held = os.open(self._real, os.O_RDONLY)
+                self._lock(self._held)
             previous = _read_all(self._journal)
             if not previous.startswith(_HEADER + b"\n"):
                 if previous:
@@ -252,10 +284,15 @@ class JobFiles:
             if resume and self.output.exists():
                 self._compact(recorded, previous)
             elif resume:
-                recorded._mark_pending(_parse_journal(previous, self.journal))
+                recorded._mark_pending(_parse_journal(previous, self.journal), self.journal)
                 self._reset_journal(recorded)
-            self._out = os.open(self.output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            _sync_dir(self.output)
+            if self._held is not None:
+                # A second lock on the same inode from this process would conflict with it.
+                os.close(self._held)
+                self._held = None
+            self._out = os.open(self._real, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._lock(self._out)
+            _sync_dir(self._real)
         except BaseException as exc:
             for path in (self._scratch, self.journal) if ours else (self._scratch,):
                 with contextlib.suppress(FileNotFoundError):
@@ -274,7 +311,8 @@ class JobFiles:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise JobFilesError(
-                f"another dispatch-async run is using {self.output} ({self.journal} is locked)"
+                f"another dispatch-async run is using {self.output} (it or its journal "
+                f"{self.journal} is locked)"
             ) from None
 
     def _scan(self, recorded: Recorded, sink: IO[bytes] | None) -> None:
@@ -294,13 +332,13 @@ class JobFiles:
     def _compact(self, recorded: Recorded, journal: bytes) -> None:
         with open(self._scratch, "wb") as sink:
             self._scan(recorded, sink)
-            recorded._mark_pending(_parse_journal(journal, self.journal))
+            recorded._mark_pending(_parse_journal(journal, self.journal), self.journal)
             # The journal first: until the output is replaced, the old one still agrees.
             self._reset_journal(recorded)
             sink.flush()
             os.fsync(sink.fileno())
-        os.replace(self._scratch, self.output)
-        _sync_dir(self.output)
+        os.replace(self._scratch, self._real)
+        _sync_dir(self._real)
 
     def _reset_journal(self, recorded: Recorded) -> None:
         lines = [b"reset"]
@@ -330,20 +368,28 @@ class JobFiles:
         if complete:
             with contextlib.suppress(FileNotFoundError):
                 self.journal.unlink()
-            _sync_dir(self.output)
+            _sync_dir(self._real)
         self.close()
 
     def close(self) -> None:
         """Close both files (releasing the lock). Safe to call twice."""
-        for fd in (self._out, self._journal):
+        for fd in (self._out, self._journal, self._held):
             if fd is not None:
                 os.close(fd)
-        self._out = self._journal = None
+        self._out = self._journal = self._held = None
 
     def _write_journal(self, data: bytes) -> None:
         assert self._journal is not None
         _write_all(self._journal, data)
         os.fsync(self._journal)
+
+
+def _recorded(
+    resend_maybe_sent: bool, dedupe: Callable[[str], str] | None, max_line: int
+) -> Recorded:
+    if dedupe is None:
+        return Recorded(resend_maybe_sent, max_line=max_line)
+    return Recorded(resend_maybe_sent, seen=set(), canonical=dedupe, max_line=max_line)
 
 
 def _parse_journal(data: bytes, path: Path) -> list[tuple[int, int]]:

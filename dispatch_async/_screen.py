@@ -69,6 +69,15 @@ class Screen:
             given.append(number)
         return Chunk(chunk.start, chunk.size, messages, given if changed else None, rejected)
 
+    def canonical(self, number: str) -> str:
+        """The form dedupe compares: E.164 with prevalidate (if valid), else the text as given.
+
+        Without prevalidate, ``11987654322`` and ``+5511987654322`` are two numbers.
+        """
+        if self._phonenumbers is None:
+            return number
+        return self._e164(number) or number
+
     def _e164(self, number: str) -> str | None:
         pn = self._phonenumbers
         try:

@@ -1,0 +1,297 @@
+"""The command under hostile conditions: a full disk, a kill, a second path, a corrupt file.
+
+Every test runs the real command as a subprocess against the simulator, as test_cli does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import signal
+from pathlib import Path
+
+import pytest
+
+from dispatch_async.testing import FakeDispatchServer
+from tests import test_cli
+from tests.test_cli import (
+    COMMAND,
+    Run,
+    by_line,
+    dispatch_async,
+    has_journal,
+    line_count,
+    numbers,
+    wait_for_records,
+    write_csv,
+)
+
+# The same simulator and environment as test_cli.
+server = test_cli.server
+env = test_cli.env
+
+
+async def run_with_file_size_limit(*args: str | Path, env: dict[str, str], limit: int) -> Run:
+    """Run the command with RLIMIT_FSIZE set, SIGXFSZ ignored, so a write past it fails."""
+
+    def limit_writes() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    process = await asyncio.create_subprocess_exec(
+        *COMMAND,
+        *map(str, args),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        preexec_fn=limit_writes,
+    )
+    async with asyncio.timeout(30):
+        out, err = await process.communicate()
+    assert process.returncode is not None
+    return Run(process.returncode, out.decode(), err.decode())
+
+
+class TestWriteErrors:
+    async def test_a_full_disk_keeps_the_journal_and_resume_sends_nothing_twice(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "in.csv", "number", numbers(2000))
+        out = tmp_path / "out.jsonl"
+        # Big enough for the journal and some records, far too small for 2,000 records.
+        run = await run_with_file_size_limit(
+            "send",
+            "basic",
+            "--text",
+            "hi",
+            "-q",
+            "-i",
+            source,
+            "-o",
+            out,
+            env=env,
+            limit=150 * 512,
+        )
+        assert run.code == 1, run.stderr
+        assert "Traceback" not in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert "File too large" in run.stderr
+        assert has_journal(out)
+
+        again = await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, "--resume", env=env
+        )
+        assert again.code in (0, 1), again.stderr
+        assert not server.stats.duplicates
+        assert sorted(by_line(out)) == list(range(2, 2002))
+
+
+class TestOneRunPerOutput:
+    @pytest.mark.parametrize("alias", ["symlink", "hardlink"])
+    async def test_a_second_path_to_the_same_output_is_refused_while_the_first_runs(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path, alias: str
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(200))
+        out = tmp_path / "r.jsonl"
+        other = tmp_path / "alias.jsonl"
+        args = ("send", "basic", "--text", "hi", "-i", source, "--chunk-size", "10")
+        server.latency = 0.05
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND, *map(str, args), "-o", str(out), "--concurrency", "1",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        try:
+            await wait_for_records(out, 10, process)
+            if alias == "symlink":
+                other.symlink_to(out)
+            else:
+                other.hardlink_to(out)
+            second = await dispatch_async(*args, "-o", other, "--resume", env=env)
+        finally:
+            process.kill()
+            await process.wait()
+        assert second.code == 2, second.stderr
+        assert "another dispatch-async run is using" in second.stderr
+        assert other.is_symlink() == (alias == "symlink"), "the alias was left as it was"
+        assert not server.stats.duplicates
+
+
+class TestDedupeAcrossResume:
+    @pytest.mark.parametrize("prevalidate", [False, True], ids=["raw", "e164"])
+    async def test_dedupe_holds_across_a_kill_and_resume(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path, prevalidate: bool
+    ) -> None:
+        half = 20_000
+        first = numbers(half)
+        # Every number again later: the same text, or (with --prevalidate) its national form.
+        again = [n.removeprefix("+55") for n in first] if prevalidate else first
+        source = write_csv(tmp_path / "c.csv", "number", first + again)
+        out = tmp_path / "r.jsonl"
+        args = ["send", "basic", "--text", "hi", "-i", source, "-o", out, "-q", "--dedupe"]
+        if prevalidate:
+            args += ["--prevalidate", "--region", "BR"]
+        server.latency = 0.02  # requests are in flight when the kill lands
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND, *map(str, args), "--chunk-size", "500", "--concurrency", "4",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        await wait_for_records(out, 2000, process)
+        process.kill()
+        await process.wait()
+        assert line_count(out) < half, "killed in the first half"
+
+        server.latency = 0
+        resumed = await dispatch_async(*args, "--resume", env=env, kill_after=60)
+        assert resumed.code in (0, 1), resumed.stderr
+        assert sorted(by_line(out)) == list(range(2, 2 * half + 2))
+        assert not server.stats.duplicates, "no number was received twice"
+
+
+class TestBrokenCsv:
+    PLANTED = "+5511990099"
+
+    def planted(self, tmp_path: Path, size: int) -> Path:
+        """Row 2 has a quoted field of *size* characters hiding a recipient line."""
+        hidden = "x" * size + f"\n{self.PLANTED},INJECTED\n" + "y" * 10
+        good = numbers(3)
+        text = f'number,note\n{good[0]},"{hidden}"\n{good[1]},ok\n{good[2]},ok\n'
+        path = tmp_path / "c.csv"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    async def test_a_long_quoted_field_is_one_field(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = self.planted(tmp_path, 200_000)
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, env=env
+        )
+        assert run.code == 0, run.stderr
+        assert self.PLANTED not in server.stats.received
+        assert set(server.stats.received) == set(numbers(3))
+
+    async def test_an_unreadable_csv_record_ends_the_input_without_resynchronising(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = self.planted(tmp_path, 20_000_000)  # beyond any sane field size
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, env=env
+        )
+        assert run.code == 1, run.stderr
+        assert "Traceback" not in run.stderr
+        assert "line 2" in run.stderr
+        assert self.PLANTED not in server.stats.received
+        assert not server.stats.received, "nothing after the broken record is trusted"
+        assert has_journal(out), "the job is not complete"
+
+    async def test_a_dry_run_names_the_unreadable_csv_record(
+        self, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = self.planted(tmp_path, 20_000_000)
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", source, "-o", tmp_path / "r.jsonl",
+            "--dry-run", env=env,
+        )  # fmt: skip
+        assert run.code == 1, run.stderr
+        assert "Traceback" not in run.stderr
+        assert "line 2 of the input is not valid CSV" in run.stderr
+        assert self.PLANTED not in run.stdout + run.stderr
+
+
+class TestInvalidUtf8:
+    async def test_a_csv_header_that_is_not_utf8_is_refused_before_anything_is_written(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.csv"
+        source.write_bytes(b"number,n\xe9me\n" + "".join(f"{n},Ana\n" for n in numbers(3)).encode())
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, env=env
+        )
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert "header" in run.stderr
+        assert "UTF-8" in run.stderr
+        assert not out.exists()
+        assert not has_journal(out)
+        assert not server.stats.received
+
+    async def test_a_data_row_that_is_not_utf8_is_recorded_malformed_and_not_sent(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        good = numbers(2)
+        source = tmp_path / "c.csv"
+        source.write_bytes(
+            f"number,name\n{good[0]},Ana\n".encode() + b"+5511900000009,B\xeda\n"
+            + f"{good[1]},Bia\n".encode()
+        )  # fmt: skip
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, env=env
+        )
+        assert run.code == 0, run.stderr
+        found = by_line(out)
+        assert found[3]["outcome"] == "invalid"
+        assert set(server.stats.received) == set(good)
+
+
+class TestCorruptJobFiles:
+    JOURNAL_HEADER = b"dispatch-async journal 1\n"
+
+    async def resume_after(
+        self, env: dict[str, str], tmp_path: Path, *, journal: bytes | None, output: bytes
+    ) -> Run:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(5))
+        out = tmp_path / "r.jsonl"
+        out.write_bytes(output)
+        if journal is not None:
+            (tmp_path / "r.jsonl.pending").write_bytes(journal)
+        return await dispatch_async(
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, "--resume", env=env
+        )
+
+    @pytest.mark.parametrize(
+        "journal",
+        [
+            JOURNAL_HEADER + b"1-3000000000\n",
+            JOURNAL_HEADER + b"reset\n99999999999999-99999999999999\nend\n",
+            JOURNAL_HEADER + b"3-1\n",
+            JOURNAL_HEADER + b"garbage\n",
+            b"dispatch-async jour\n",
+        ],
+        ids=["huge-range", "huge-reset", "backwards", "garbage", "truncated-header"],
+    )
+    async def test_a_corrupt_journal_is_refused_with_exit_2(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path, journal: bytes
+    ) -> None:
+        run = await self.resume_after(env, tmp_path, journal=journal, output=b"")
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert "MemoryError" not in run.stderr
+        assert ".pending" in run.stderr
+        assert not server.stats.received
+
+    @pytest.mark.parametrize(
+        "record",
+        [b'{"line": 99999999999999, "outcome": "sent", "number": "+5511900000000"}\n'],
+    )
+    async def test_an_output_naming_a_line_beyond_the_input_is_refused_with_exit_2(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path, record: bytes
+    ) -> None:
+        run = await self.resume_after(env, tmp_path, journal=None, output=record)
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert "line 99,999,999,999,999" in run.stderr
+        assert not server.stats.received
+
+    async def test_a_journal_that_is_a_directory_is_refused_with_exit_2(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        (tmp_path / "r.jsonl.pending").mkdir()
+        run = await self.resume_after(env, tmp_path, journal=None, output=b"")
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert not server.stats.received
