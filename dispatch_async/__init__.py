@@ -45,6 +45,7 @@ from ._redis_rate_limiter import RedisRateLimiter
 from ._redis_token_store import RedisTokenStore
 from ._retry import RetryPolicy
 from ._screen import DUPLICATE as DUPLICATE_REASON
+from ._screen import to_e164
 from ._session import DispatchSession
 from ._version import __version__
 
@@ -91,4 +92,5 @@ __all__ = [
     "ValidMessage",
     "__version__",
     "plan",
+    "to_e164",
 ]

@@ -12,8 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TextIO
 
-from ._cli_job import FAILED, OK, InputSpec, Problem, Target
-from ._cli_progress import Tally, render_summary
+from ._cli.progress import Tally, render_summary
+from ._cli.spec import FAILED, OK, InputSpec, Problem, Target
 from ._exceptions import ConfigurationError
 from ._fleet_queue import (
     DEFAULT_TTL,

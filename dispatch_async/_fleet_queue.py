@@ -33,9 +33,9 @@ from typing import Any, Final, TypeAlias
 import attrs
 import orjson
 
-from ._cli_input import MALFORMED, Row
-from ._cli_job import InputSpec, Problem, Target, _open_input
-from ._cli_journal import OUTCOMES, failed_record, invalid_record
+from ._cli.input import MALFORMED, Row
+from ._cli.records import OUTCOMES, failed_record, invalid_record
+from ._cli.spec import InputSpec, Problem, Target
 from ._exceptions import ConfigurationError
 from ._redis import DEFAULT_KEY_PREFIX, check_prefix, check_url
 
@@ -219,7 +219,7 @@ async def enqueue(
         "chunk_size": str(chunk_size),
     }
     await _claim_job(redis, keys, settings, ttl)
-    rows = _open_input(input_spec)
+    rows = input_spec.open()
     chunks = lines = enqueued = known = 0
     try:
         iterator = iter(rows)

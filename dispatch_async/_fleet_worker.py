@@ -19,9 +19,9 @@ import attrs
 import orjson
 
 from ._batch import collected
-from ._cli_input import Row
-from ._cli_job import Connection, Target
-from ._cli_journal import failed_record, invalid_record, sent_record
+from ._cli.input import Row
+from ._cli.records import failed_record, invalid_record, sent_record
+from ._cli.spec import Connection, Target
 from ._exceptions import ConfigurationError, DispatchError
 from ._fleet_queue import (
     DONE,

@@ -12,11 +12,41 @@ from ._exceptions import ConfigurationError
 from ._recipients import Chunk
 from ._wire import encodable
 
-__all__ = ["DUPLICATE", "LOCALLY_INVALID", "UNENCODABLE", "Screen", "without_unencodable"]
+__all__ = [
+    "DUPLICATE",
+    "LOCALLY_INVALID",
+    "UNENCODABLE",
+    "Screen",
+    "to_e164",
+    "without_unencodable",
+]
 
 DUPLICATE = "duplicate"
 LOCALLY_INVALID = "number must be a valid phone number (checked locally)"
 UNENCODABLE = "text that is not valid UTF-8 (a lone surrogate): it cannot be sent"
+
+
+def to_e164(number: str, region: str | None = None) -> str | None:
+    """*number* in E.164 (``+5511987654321``) if it is a valid phone number, else None.
+
+    *region* (``"BR"``) is the country assumed for a number written without ``+``. This is
+    what ``prevalidate`` sends, and what ``dedupe`` compares with it; it needs the
+    ``phonenumbers`` extra.
+    """
+    try:
+        import phonenumbers
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        raise ConfigurationError(
+            "checking phone numbers needs the phonenumbers extra: "
+            'pip install "dispatch-async[phonenumbers]"'
+        ) from None
+    try:
+        parsed = phonenumbers.parse(number, region)
+    except phonenumbers.NumberParseException:
+        return None
+    if not phonenumbers.is_valid_number(parsed):
+        return None
+    return str(phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164))
 
 
 class Screen:
@@ -24,21 +54,14 @@ class Screen:
 
     def __init__(self, *, dedupe: bool, prevalidate: bool, region: str | None) -> None:
         self._seen: set[str] | None = set() if dedupe else None
-        self._phonenumbers: Any = None
+        self._prevalidate = prevalidate
         self._region = region
         if prevalidate:
-            try:
-                import phonenumbers
-            except ImportError:  # pragma: no cover - depends on the installed extras
-                raise ConfigurationError(
-                    "prevalidate needs the phonenumbers extra: "
-                    'pip install "dispatch-async[phonenumbers]"'
-                ) from None
-            self._phonenumbers = phonenumbers
+            to_e164("+5511987654321")  # fails early, with the install hint, without the extra
 
     @property
     def active(self) -> bool:
-        return self._seen is not None or self._phonenumbers is not None
+        return self._seen is not None or self._prevalidate
 
     def apply(self, chunk: Chunk) -> Chunk:
         """The chunk with local rejects moved to ``rejected`` and numbers in E.164."""
@@ -51,8 +74,8 @@ class Screen:
         for message in chunk.messages:
             number: str = message["number"]
             wire_number = number
-            if self._phonenumbers is not None:
-                e164 = self._e164(number)
+            if self._prevalidate:
+                e164 = to_e164(number, self._region)
                 if e164 is None:
                     rejected.append((number, LOCALLY_INVALID))
                     continue
@@ -68,25 +91,6 @@ class Screen:
             messages.append(message)
             given.append(number)
         return Chunk(chunk.start, chunk.size, messages, given if changed else None, rejected)
-
-    def canonical(self, number: str) -> str:
-        """The form dedupe compares: E.164 with prevalidate (if valid), else the text as given.
-
-        Without prevalidate, ``11987654322`` and ``+5511987654322`` are two numbers.
-        """
-        if self._phonenumbers is None:
-            return number
-        return self._e164(number) or number
-
-    def _e164(self, number: str) -> str | None:
-        pn = self._phonenumbers
-        try:
-            parsed = pn.parse(number, self._region)
-        except pn.NumberParseException:
-            return None
-        if not pn.is_valid_number(parsed):
-            return None
-        return str(pn.format_number(parsed, pn.PhoneNumberFormat.E164))
 
 
 def without_unencodable(chunk: Chunk) -> Chunk:

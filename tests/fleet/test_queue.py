@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from dispatch_async._cli_job import InputSpec, Target
+from dispatch_async._cli.spec import InputSpec, Target
 from dispatch_async._fleet_queue import JobKeys, connect, enqueue, report
 from dispatch_async.testing import FakeDispatchServer
 
@@ -269,7 +269,7 @@ async def test_the_same_job_with_other_input_is_refused(
         chunk_size=5,
         key_prefix=prefix,
     )
-    from dispatch_async._cli_job import Problem
+    from dispatch_async._cli.spec import Problem
 
     with pytest.raises(Problem, match="another target"):
         await enqueue(

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TextIO
 
 import attrs
 
-from ._cli_journal import OUTCOMES
+from .records import OUTCOMES
 
 __all__ = [
     "NoteHandler",

@@ -1,8 +1,8 @@
-"""The ``dispatch-async`` command: a resumable bulk send, a demo, and the simulator.
+"""The ``dispatch-async`` command line: argument parsing only (click), each option once.
 
-Only argument parsing lives here (click); the job itself is in ``_cli_job``. Exit codes:
-0 every recipient sent or validly rejected, 1 some recipients failed (or the job was
-stopped before the end), 2 a usage or configuration error.
+The jobs themselves are in ``send``, ``plan``, ``demo``, ``queue`` and ``worker``. Exit
+codes: 0 every recipient sent or validly rejected, 1 some recipients failed (or the job
+was stopped before the end), 2 a usage or configuration error.
 """
 
 from __future__ import annotations
@@ -10,26 +10,29 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from ._cli_job import (
-    Batching,
+import dispatch_async as da
+import dispatch_async.testing
+
+from .plan import run_plan
+from .send import run_send
+from .spec import (
+    DEFAULTS,
     Connection,
     Display,
     InputSpec,
     JobSpec,
     Problem,
+    SendSettings,
     Target,
-    run_plan,
-    run_send,
 )
-from ._version import __version__
 
-__all__ = ["cli", "main"]
+__all__ = ["cli"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,8 +51,108 @@ class _JobFailure(click.ClickException):
     exit_code = 1
 
 
+def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(function: F) -> F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+# -- options shared by several commands (each declared here, once) ------------------
+
+_connection_options = _options(
+    click.option(
+        "--account", envvar="DISPATCH_ACCOUNT", help="Sending account [DISPATCH_ACCOUNT]."
+    ),
+    click.option(
+        "--base-url", envvar="DISPATCH_BASE_URL", help="Service address [DISPATCH_BASE_URL]."
+    ),
+    click.option(
+        "--client-secret-file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        envvar="DISPATCH_CLIENT_SECRET_FILE",
+        help=f"File holding the client secret (else ${_SECRET_VARIABLE}; never a flag: "
+        "flags show in ps).",
+    ),
+    click.option(
+        "--rate",
+        type=click.FloatRange(min=0, min_open=True),
+        envvar="DISPATCH_RATE",
+        help="At most this many requests per second (a worker's: across every worker, "
+        "shared in Redis).",
+    ),
+    click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=DEFAULTS.timeout,
+        show_default=True,
+        envvar="DISPATCH_TIMEOUT",
+        help="Seconds for one request.",
+    ),
+    click.option(
+        "--attempts",
+        type=click.IntRange(min=1),
+        default=DEFAULTS.attempts,
+        show_default=True,
+        envvar="DISPATCH_ATTEMPTS",
+        help="Tries per request the service did not act on (429, 503, no connection).",
+    ),
+    click.option(
+        "--max-retry-time",
+        type=click.FloatRange(min=0, min_open=True),
+        default=DEFAULTS.max_retry_time,
+        show_default=True,
+        envvar="DISPATCH_MAX_RETRY_TIME",
+        help="Seconds to keep retrying one request.",
+    ),
+)
+
+
+def _queue_option(*, required: bool, help: str) -> Callable[[F], F]:
+    return click.option(
+        "--queue", required=required, metavar="REDIS_URL", envvar="DISPATCH_QUEUE_URL", help=help
+    )
+
+
+_prefix_option = click.option(
+    "--key-prefix",
+    default=DEFAULTS.key_prefix,
+    show_default=True,
+    envvar="DISPATCH_KEY_PREFIX",
+    help="Every Redis key of the queue starts with it [DISPATCH_KEY_PREFIX].",
+)
+_quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+_verbose_option = click.option(
+    "-v", "--verbose", count=True, help="Log retries and more (-vv: debug). Never secrets."
+)
+_progress_every_option = click.option(
+    "--progress-every",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    hidden=True,
+    help="Seconds between plain progress lines (when stderr is not a terminal).",
+)
+
+
+def _connection(options: dict[str, Any]) -> Connection:
+    return Connection(
+        base_url=options["base_url"],
+        client_secret=_client_secret(options["client_secret_file"]),
+        account=options["account"],
+        timeout=options["timeout"],
+        attempts=options["attempts"],
+        max_retry_time=options["max_retry_time"],
+        rate=options["rate"],
+    )
+
+
+# -- the commands --------------------------------------------------------------------
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, "-V", "--version", prog_name="dispatch-async")
+@click.version_option(da.__version__, "-V", "--version", prog_name="dispatch-async")
 def cli() -> None:
     """Bulk message dispatch from the command line: resumable, crash safe, never twice.
 
@@ -64,15 +167,6 @@ def send() -> None:
     The connection comes from DISPATCH_BASE_URL, DISPATCH_CLIENT_SECRET and
     DISPATCH_ACCOUNT (or --base-url, --client-secret-file, --account).
     """
-
-
-def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
-    def apply(function: F) -> F:
-        for decorator in reversed(decorators):
-            function = decorator(function)
-        return function
-
-    return apply
 
 
 _send_options = _options(
@@ -127,23 +221,11 @@ _send_options = _options(
     click.option("--campaign-name", help="Label for the batch."),
     click.option("--fallback-sms", metavar="TEXT", help="SMS text when the main channel fails."),
     click.option("--callback", metavar="URL", help="Callback address sent with each request."),
-    click.option(
-        "--account", envvar="DISPATCH_ACCOUNT", help="Sending account [DISPATCH_ACCOUNT]."
-    ),
-    click.option(
-        "--base-url", envvar="DISPATCH_BASE_URL", help="Service address [DISPATCH_BASE_URL]."
-    ),
-    click.option(
-        "--client-secret-file",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        envvar="DISPATCH_CLIENT_SECRET_FILE",
-        help=f"File holding the client secret (else ${_SECRET_VARIABLE}; never a flag: "
-        "flags show in ps).",
-    ),
+    _connection_options,
     click.option(
         "--chunk-size",
         type=click.IntRange(min=1),
-        default=1000,
+        default=DEFAULTS.chunk_size,
         show_default=True,
         envvar="DISPATCH_CHUNK_SIZE",
         help="Recipients per request.",
@@ -151,40 +233,10 @@ _send_options = _options(
     click.option(
         "--concurrency",
         type=click.IntRange(min=1),
-        default=8,
+        default=DEFAULTS.concurrency,
         show_default=True,
         envvar="DISPATCH_CONCURRENCY",
         help="Requests in flight at once.",
-    ),
-    click.option(
-        "--rate",
-        type=click.FloatRange(min=0, min_open=True),
-        envvar="DISPATCH_RATE",
-        help="At most this many requests per second.",
-    ),
-    click.option(
-        "--timeout",
-        type=click.FloatRange(min=0, min_open=True),
-        default=30.0,
-        show_default=True,
-        envvar="DISPATCH_TIMEOUT",
-        help="Seconds for one request.",
-    ),
-    click.option(
-        "--attempts",
-        type=click.IntRange(min=1),
-        default=5,
-        show_default=True,
-        envvar="DISPATCH_ATTEMPTS",
-        help="Tries per request the service did not act on (429, 503, no connection).",
-    ),
-    click.option(
-        "--max-retry-time",
-        type=click.FloatRange(min=0, min_open=True),
-        default=120.0,
-        show_default=True,
-        envvar="DISPATCH_MAX_RETRY_TIME",
-        help="Seconds to keep retrying one request.",
     ),
     click.option(
         "--dedupe",
@@ -210,32 +262,16 @@ _send_options = _options(
         metavar="SECONDS",
         help="Stop sending after this long; the rest is recorded not_sent.",
     ),
-    click.option("-q", "--quiet", is_flag=True, help="No progress display."),
-    click.option(
-        "-v", "--verbose", count=True, help="Log retries and more (-vv: debug). Never secrets."
-    ),
-    click.option(
-        "--queue",
-        metavar="REDIS_URL",
-        envvar="DISPATCH_QUEUE_URL",
+    _quiet_option,
+    _verbose_option,
+    _queue_option(
+        required=False,
         help="Enqueue the job for `dispatch-async worker` processes instead of sending "
         "(redis://...); with -o, wait for them and write the report [DISPATCH_QUEUE_URL].",
     ),
     click.option("--job", metavar="ID", help="With --queue: the job's id (again to continue it)."),
-    click.option(
-        "--key-prefix",
-        default="dispatch-async:",
-        show_default=True,
-        envvar="DISPATCH_KEY_PREFIX",
-        help="With --queue: every Redis key starts with it [DISPATCH_KEY_PREFIX].",
-    ),
-    click.option(
-        "--progress-every",
-        type=click.FloatRange(min=0),
-        default=5.0,
-        hidden=True,
-        help="Seconds between plain progress lines (when stderr is not a terminal).",
-    ),
+    _prefix_option,
+    _progress_every_option,
 )
 
 
@@ -292,9 +328,9 @@ def send_webhook(webhook: str, text: str | None, template_id: str | None, **opti
     help="Results file (default: in a new temporary directory).",
 )
 @click.option("--seed", type=int, default=2024, show_default=True, help="For the sample data.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress display.")
-@click.option("-v", "--verbose", count=True, help="Log retries and more (-vv: debug).")
-@click.option("--progress-every", type=click.FloatRange(min=0), default=5.0, hidden=True)
+@_quiet_option
+@_verbose_option
+@_progress_every_option
 def demo(
     recipients: int,
     output: Path | None,
@@ -307,7 +343,7 @@ def demo(
 
     The same job as `send template`, with invalid numbers and 429/503 faults to retry.
     """
-    from ._cli_demo import run_demo
+    from .demo import run_demo
 
     display = Display(
         title="dispatch-async demo", quiet=quiet, verbose=verbose, progress_every=progress_every
@@ -319,39 +355,10 @@ def demo(
     )
 
 
-_queue_option = click.option(
-    "--queue",
-    required=True,
-    metavar="REDIS_URL",
-    envvar="DISPATCH_QUEUE_URL",
-    help="The Redis of the queue (redis://...) [DISPATCH_QUEUE_URL].",
-)
-_prefix_option = click.option(
-    "--key-prefix",
-    default="dispatch-async:",
-    show_default=True,
-    envvar="DISPATCH_KEY_PREFIX",
-    help="Every Redis key starts with it [DISPATCH_KEY_PREFIX].",
-)
-
-
 @cli.command()
-@_queue_option
+@_queue_option(required=True, help="The Redis of the queue (redis://...) [DISPATCH_QUEUE_URL].")
 @_prefix_option
-@click.option("--account", envvar="DISPATCH_ACCOUNT", help="Default account [DISPATCH_ACCOUNT].")
-@click.option("--base-url", envvar="DISPATCH_BASE_URL", help="Service address [DISPATCH_BASE_URL].")
-@click.option(
-    "--client-secret-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    envvar="DISPATCH_CLIENT_SECRET_FILE",
-    help=f"File holding the client secret (else ${_SECRET_VARIABLE}).",
-)
-@click.option(
-    "--rate",
-    type=click.FloatRange(min=0, min_open=True),
-    envvar="DISPATCH_RATE",
-    help="At most this many requests per second across every worker (shared in Redis).",
-)
+@_connection_options
 @click.option(
     "--max-jobs",
     type=click.IntRange(min=1),
@@ -368,69 +375,31 @@ _prefix_option = click.option(
     envvar="DISPATCH_JOB_TIMEOUT",
     help="Seconds one chunk may take; a dead worker's chunk is taken over this + 10 s later.",
 )
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=30.0,
-    show_default=True,
-    envvar="DISPATCH_TIMEOUT",
-    help="Seconds for one request.",
-)
-@click.option(
-    "--attempts",
-    type=click.IntRange(min=1),
-    default=5,
-    show_default=True,
-    envvar="DISPATCH_ATTEMPTS",
-    help="Tries per request the service did not act on.",
-)
-@click.option(
-    "--max-retry-time",
-    type=click.FloatRange(min=0, min_open=True),
-    default=120.0,
-    show_default=True,
-    envvar="DISPATCH_MAX_RETRY_TIME",
-    help="Seconds to keep retrying one request.",
-)
 @click.option("--burst", is_flag=True, help="Exit once the queue is empty.")
 @click.option("--poll-delay", type=click.FloatRange(min=0.01), default=0.5, hidden=True)
 @click.option("-v", "--verbose", count=True, help="Log each chunk (-vv: debug). Never secrets.")
 def worker(
     queue: str,
     key_prefix: str,
-    account: str | None,
-    base_url: str | None,
-    client_secret_file: Path | None,
-    rate: float | None,
     max_jobs: int,
     job_timeout: float,
-    timeout: float,
-    attempts: int,
-    max_retry_time: float,
     burst: bool,
     poll_delay: float,
     verbose: int,
+    **options: Any,
 ) -> None:
     """Send the chunks of queued jobs (`send ... --queue`), until Ctrl-C or SIGTERM.
 
     Start as many as you like, on any host that reaches the Redis: they share one token
     and, with --rate, one request rate.
     """
-    from ._cli_queue import run_queue_worker
-    from ._fleet_worker import WorkerConfig
+    from .._cli_queue import run_queue_worker
+    from .._fleet_worker import WorkerConfig
 
     config = WorkerConfig(
         queue_url=queue,
         key_prefix=key_prefix,
-        connection=Connection(
-            base_url=base_url,
-            client_secret=_client_secret(client_secret_file),
-            account=account,
-            timeout=timeout,
-            attempts=attempts,
-            max_retry_time=max_retry_time,
-            rate=rate,
-        ),
+        connection=_connection(options),
         max_jobs=max_jobs,
         job_timeout=job_timeout,
         burst=burst,
@@ -440,7 +409,7 @@ def worker(
 
 
 @cli.command()
-@_queue_option
+@_queue_option(required=True, help="The Redis of the queue (redis://...) [DISPATCH_QUEUE_URL].")
 @_prefix_option
 @click.option("--job", required=True, metavar="ID", help="The job's id.")
 @click.option(
@@ -451,7 +420,7 @@ def worker(
 )
 def report(queue: str, key_prefix: str, job: str, output: Path | None) -> None:
     """Sum up a queued job; exit 0 only when it is finished with no failed line."""
-    from ._cli_queue import run_queue_report
+    from .._cli_queue import run_queue_report
 
     _exit(
         lambda: asyncio.run(
@@ -469,11 +438,13 @@ def serve(arguments: tuple[str, ...]) -> None:
     """Run the simulator until Ctrl-C; prints its URL (serve --help for its flags).
 
     Flags: --port, --host, --secret, --token-lifetime SECONDS, --fault-rate CODE=RATE
-    (repeatable), --random-retry-after, --seed, --latency SECONDS, --fast-ids.
+    (repeatable), --random-retry-after, --seed, --latency SECONDS, --fast-ids,
+    --rate-limit R. It prints what it saw when stopped; GET /_stats shows it meanwhile.
     """
-    from .testing._standalone import main as serve_main
+    raise SystemExit(dispatch_async.testing.main(list(arguments), prog="dispatch-async serve"))
 
-    raise SystemExit(serve_main(list(arguments)))
+
+# -- from options to a job -----------------------------------------------------------
 
 
 def _fields(options: dict[str, Any]) -> dict[str, Any]:
@@ -484,6 +455,16 @@ def _fields(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _input(options: dict[str, Any]) -> InputSpec:
+    columns = options["columns"]
+    return InputSpec(
+        path=options["input_path"],
+        format=options["input_format"],
+        number_column=options["number_column"],
+        columns=tuple(columns.split(",")) if columns else None,
+    )
+
+
 def _send(target: Target, options: dict[str, Any]) -> None:
     if options["queue"]:
         _enqueue(target, options)
@@ -492,7 +473,7 @@ def _send(target: Target, options: dict[str, Any]) -> None:
         raise click.UsageError("--job goes with --queue")
     spec = _spec(target, options)
     if options["dry_run"]:
-        _exit(lambda: run_plan(spec, sys.stdout))
+        _exit(lambda: asyncio.run(run_plan(spec, sys.stdout)))
     else:
         _exit(lambda: asyncio.run(run_send(spec)))
 
@@ -501,20 +482,13 @@ _NOT_QUEUED = ("resume", "resend_maybe_sent", "dedupe", "prevalidate", "deadline
 
 
 def _enqueue(target: Target, options: dict[str, Any]) -> None:
-    from ._cli_queue import run_enqueue
+    from .._cli_queue import run_enqueue
 
     if not options["job"]:
         raise click.UsageError("--queue needs --job ID (the same ID continues the job)")
     given = [f"--{name.replace('_', '-')}" for name in _NOT_QUEUED if options[name]]
     if given:
         raise click.UsageError(f"{', '.join(given)} cannot go with --queue")
-    columns = options["columns"]
-    spec = InputSpec(
-        path=options["input_path"],
-        format=options["input_format"],
-        number_column=options["number_column"],
-        columns=tuple(columns.split(",")) if columns else None,
-    )
     _exit(
         lambda: asyncio.run(
             run_enqueue(
@@ -522,7 +496,7 @@ def _enqueue(target: Target, options: dict[str, Any]) -> None:
                 job=options["job"],
                 target=target,
                 account=options["account"],
-                input_spec=spec,
+                input_spec=_input(options),
                 chunk_size=options["chunk_size"],
                 key_prefix=options["key_prefix"],
                 output=options["output"],
@@ -535,26 +509,12 @@ def _enqueue(target: Target, options: dict[str, Any]) -> None:
 def _spec(target: Target, options: dict[str, Any]) -> JobSpec:
     if options["resend_maybe_sent"] and not options["resume"]:
         raise click.UsageError("--resend-maybe-sent goes with --resume")
-    columns = options["columns"]
     return JobSpec(
         target=target,
-        connection=Connection(
-            base_url=options["base_url"],
-            client_secret=_client_secret(options["client_secret_file"]),
-            account=options["account"],
-            timeout=options["timeout"],
-            attempts=options["attempts"],
-            max_retry_time=options["max_retry_time"],
-            rate=options["rate"],
-        ),
-        input=InputSpec(
-            path=options["input_path"],
-            format=options["input_format"],
-            number_column=options["number_column"],
-            columns=tuple(columns.split(",")) if columns else None,
-        ),
+        connection=_connection(options),
+        input=_input(options),
         output=options["output"],
-        batching=Batching(
+        settings=SendSettings(
             chunk_size=options["chunk_size"],
             concurrency=options["concurrency"],
             dedupe=options["dedupe"],
@@ -592,12 +552,3 @@ def _exit(run: Callable[[], int]) -> None:
         failure = _UsageFailure if problem.exit_code == 2 else _JobFailure
         raise failure(problem.message) from None
     raise SystemExit(code)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """The ``dispatch-async`` script."""
-    cli.main(args=list(argv) if argv is not None else None, prog_name="dispatch-async")
-
-
-if __name__ == "__main__":
-    main()

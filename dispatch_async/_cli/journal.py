@@ -1,15 +1,18 @@
 """The job's files: the output records, the write-ahead journal beside it, and resume.
 
-``results.jsonl`` holds one JSON record per input line, appended (and fsynced) as each
-chunk completes. ``results.jsonl.pending`` is the write-ahead journal: before a batch of
-rows is handed to the SDK, the range of input lines read so far is appended and
-fsynced. A line the journal covers that has no record in the output may have been sent
-when the process died, so a resume records it ``maybe_sent`` instead of sending it again.
+``results.jsonl`` holds one JSON record per input line, appended as each chunk
+completes (and fsynced when the run ends). ``results.jsonl.pending`` is the write-ahead
+journal: when the SDK is about to send a chunk (its ``before_send`` hook), the range of
+input lines the chunk spans is appended and fsynced, before the request leaves. A line
+the journal covers that has no record in the output may have been sent when the process
+died, so a resume records it ``maybe_sent`` instead of sending it again; after a kill that
+is at most the chunks whose requests had started. Records lost to a power cut before
+their fsync are lines the journal covers: maybe_sent, never sent twice.
 
 The journal is text, one entry a line::
 
     dispatch-async journal 1     the header
-    1-5000                       lines 1 to 5000 may have been handed to the sender
+    1001-2000                    lines 1001 to 2000 may have reached the service
     reset                        a resume starts: forget every entry above...
     17-22                        ...except these lines, still unaccounted for
     end                          (a reset block without its end is a torn write: ignored)
@@ -31,69 +34,28 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import attrs
 import orjson
 
-from ._cli_input import MALFORMED
-from ._screen import DUPLICATE
+import dispatch_async as da
+
+from .input import MALFORMED
+from .records import OUTCOMES
+from .spec import Problem
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no advisory locks, one job at a time
     fcntl = None  # type: ignore[assignment]
 
-__all__ = [
-    "OUTCOMES",
-    "JobFiles",
-    "JobFilesError",
-    "Recorded",
-    "failed_record",
-    "invalid_record",
-    "sent_record",
-]
-
-OUTCOMES = ("sent", "invalid", "not_sent", "maybe_sent")
+__all__ = ["JobFiles", "Recorded", "new_record"]
 
 _HEADER = b"dispatch-async journal 1"
 _NONE, _DONE, _PENDING, _REDO = 0, 1, 2, 3
 _MARK_PENDING = bytes.maketrans(bytes([_NONE]), bytes([_PENDING]))
 _PENDING_RUNS = re.compile(re.escape(bytes([_PENDING])) + b"+")
-
-
-class JobFilesError(Exception):
-    """The output or its journal cannot be used as asked (exists, locked, not ours)."""
-
-
-def sent_record(line: int, number: str, message_id: str) -> bytes:
-    """The output line for a recipient the service accepted."""
-    return orjson.dumps({"line": line, "number": number, "outcome": "sent", "id": message_id})
-
-
-def invalid_record(line: int, number: str | None, reason: str, detail: str | None = None) -> bytes:
-    """The output line for a recipient rejected (by the service, or locally with *detail*)."""
-    record: dict[str, Any] = {"line": line, "number": number, "outcome": "invalid"}
-    record["reason"] = reason
-    if detail is not None:
-        record["detail"] = detail
-    return orjson.dumps(record)
-
-
-def failed_record(
-    line: int, number: str | None, *, maybe_sent: bool, error: str, error_type: str
-) -> bytes:
-    """The output line for a recipient with no answer: ``maybe_sent`` or ``not_sent``."""
-    outcome = "maybe_sent" if maybe_sent else "not_sent"
-    return orjson.dumps(
-        {
-            "line": line,
-            "number": number,
-            "outcome": outcome,
-            "error": error,
-            "error_type": error_type,
-        }
-    )
 
 
 def _crc(number: str) -> int:
@@ -161,13 +123,13 @@ class Recorded:
             line = record["line"]
             outcome = record["outcome"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            raise JobFilesError(
+            raise Problem(
                 f"{where} is not a dispatch-async record; fix or delete that line, then resume"
             ) from None
         if type(line) is not int or line < 1 or outcome not in OUTCOMES:
-            raise JobFilesError(f"{where} has no valid line and outcome; fix or delete it")
+            raise Problem(f"{where} has no valid line and outcome; fix or delete it")
         if line > self.max_line:
-            raise JobFilesError(
+            raise Problem(
                 f"{where} names line {line:,}, but the input has at most {self.max_line:,} "
                 "lines: it is not an output of this input; fix or delete it"
             )
@@ -190,7 +152,9 @@ class Recorded:
         self.status[line] = _DONE
         if number is not None:
             self.crcs[line] = _crc(number)
-            if self.seen is not None and not (outcome == "invalid" and reason == DUPLICATE):
+            if self.seen is not None and not (
+                outcome == "invalid" and reason == da.DUPLICATE_REASON
+            ):
                 self.seen.add(self.canonical(number) if self.canonical else number)
         self.kept[outcome] += 1
         return True
@@ -198,7 +162,7 @@ class Recorded:
     def _mark_pending(self, ranges: Iterable[tuple[int, int]], where: Path) -> None:
         for first, last in ranges:
             if not 1 <= first <= last <= self.max_line:
-                raise JobFilesError(
+                raise Problem(
                     f"{where} has the range {first:,}-{last:,}, but the input has at most "
                     f"{self.max_line:,} lines: it is not a journal of this input; "
                     "fix or delete it"
@@ -234,7 +198,7 @@ class JobFiles:
 
         *dedupe* is the canonical form of a number for ``--dedupe`` (None without it).
         """
-        recorded = _recorded(resend_maybe_sent, dedupe, self.max_line)
+        recorded = new_record(resend_maybe_sent, dedupe, self.max_line)
         if self.output.exists():
             self._scan(recorded, None)
         if self.journal.exists():
@@ -249,21 +213,21 @@ class JobFiles:
         """Lock the journal and get the output ready to append to; compact it on resume.
 
         Raises:
-            JobFilesError: the files exist without ``resume``, another run holds them, or
+            Problem: the files exist without ``resume``, another run holds them, or
                 they are not dispatch-async files.
         """
         if self.output.is_dir():
-            raise JobFilesError(f"--output {self.output} is a directory")
+            raise Problem(f"--output {self.output} is a directory")
         if not self.output.absolute().parent.is_dir():
-            raise JobFilesError(f"the directory of --output {self.output} does not exist")
+            raise Problem(f"the directory of --output {self.output} does not exist")
         if not resume:
             for path in (self.output, self.journal):
                 if path.exists():
-                    raise JobFilesError(
+                    raise Problem(
                         f"{path} exists: add --resume to continue that job, "
                         "or choose another --output"
                     )
-        recorded = _recorded(resend_maybe_sent, dedupe, self.max_line)
+        recorded = new_record(resend_maybe_sent, dedupe, self.max_line)
         ours = False  # a journal this run created and locked: removed again on failure
         try:
             self._journal = os.open(self.journal, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
@@ -276,7 +240,7 @@ class JobFiles:
             previous = _read_all(self._journal)
             if not previous.startswith(_HEADER + b"\n"):
                 if previous:
-                    raise JobFilesError(f"{self.journal} is not a dispatch-async journal")
+                    raise Problem(f"{self.journal} is not a dispatch-async journal")
                 self._write_journal(_HEADER + b"\n")
             elif not previous.endswith(b"\n"):
                 # A torn last entry: cut it off, or the next entry would be glued to it.
@@ -300,7 +264,7 @@ class JobFiles:
             self.close()
             if isinstance(exc, OSError):
                 where = exc.filename or self.output
-                raise JobFilesError(f"cannot use {where}: {exc.strerror}") from exc
+                raise Problem(f"cannot use {where}: {exc.strerror}") from exc
             raise
         return recorded
 
@@ -310,7 +274,7 @@ class JobFiles:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise JobFilesError(
+            raise Problem(
                 f"another dispatch-async run is using {self.output} (it or its journal "
                 f"{self.journal} is locked)"
             ) from None
@@ -348,9 +312,9 @@ class JobFiles:
 
     # -- running -------------------------------------------------------------------
 
-    def cover(self, line: int) -> None:
-        """Record durably that every input line up to *line* may be handed to the sender."""
-        self._write_journal(f"1-{line}\n".encode())
+    def cover(self, first: int, last: int) -> None:
+        """Record durably that input lines *first* to *last* may reach the service."""
+        self._write_journal(b"%d-%d\n" % (first, last))
 
     def append(self, records: list[bytes]) -> None:
         """Append records to the output; one write, so a crash tears at most the last."""
@@ -384,9 +348,10 @@ class JobFiles:
         os.fsync(self._journal)
 
 
-def _recorded(
+def new_record(
     resend_maybe_sent: bool, dedupe: Callable[[str], str] | None, max_line: int
 ) -> Recorded:
+    """What a job starts from before reading its output (all of a new job)."""
     if dedupe is None:
         return Recorded(resend_maybe_sent, max_line=max_line)
     return Recorded(resend_maybe_sent, seen=set(), canonical=dedupe, max_line=max_line)
@@ -397,7 +362,7 @@ def _parse_journal(data: bytes, path: Path) -> list[tuple[int, int]]:
     if not entries:
         return []
     if entries[0] != _HEADER:
-        raise JobFilesError(f"{path} is not a dispatch-async journal")
+        raise Problem(f"{path} is not a dispatch-async journal")
     current: list[tuple[int, int]] = []
     block: list[tuple[int, int]] | None = None
     for entry in entries[1:]:
@@ -411,7 +376,7 @@ def _parse_journal(data: bytes, path: Path) -> list[tuple[int, int]]:
             try:
                 span = (int(first), int(last))
             except ValueError:
-                raise JobFilesError(f"{path} has an entry that is not a range: {entry!r}") from None
+                raise Problem(f"{path} has an entry that is not a range: {entry!r}") from None
             (current if block is None else block).append(span)
     return current
 

@@ -13,8 +13,10 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from ._cli_job import Batching, Connection, Display, InputSpec, JobSpec, Target, run_send
-from .testing import FakeDispatchServer, Fault
+from dispatch_async.testing import FakeDispatchServer, Fault
+
+from .send import run_send
+from .spec import Connection, Display, InputSpec, JobSpec, Target
 
 __all__ = ["run_demo"]
 
@@ -74,7 +76,6 @@ async def run_demo(
             connection=Connection(server.url, secret, "demo"),
             input=InputSpec(str(contacts), "csv"),
             output=output if output is not None else workdir / "results.jsonl",
-            batching=Batching(),
             display=display,
         )
         code = await run_send(spec)

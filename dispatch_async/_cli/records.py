@@ -1,0 +1,135 @@
+"""The output records, one JSON line per input line, and the one place outcomes meet rows.
+
+A record is ``{"line", "number", "outcome", ...}``: ``sent`` with the service's ``id``,
+``invalid`` with its ``reason`` (and a ``detail`` for rows refused here), ``not_sent`` or
+``maybe_sent`` with the ``error`` and its ``error_type``. Records are written from
+templates, each string through orjson: a job writes one per recipient, and a dict per
+record cost more than the whole request.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+
+import orjson
+
+import dispatch_async as da
+
+from .input import Row
+
+__all__ = [
+    "OUTCOMES",
+    "failed_record",
+    "invalid_record",
+    "part_records",
+    "sent_record",
+]
+
+OUTCOMES = ("sent", "invalid", "not_sent", "maybe_sent")
+
+_dumps = orjson.dumps
+_SENT = b'{"line":%d,"number":%b,"outcome":"sent","id":%b}'
+_INVALID = b'{"line":%d,"number":%b,"outcome":"invalid","reason":%b}'
+_INVALID_DETAIL = b'{"line":%d,"number":%b,"outcome":"invalid","reason":%b,"detail":%b}'
+_FAILED = b'{"line":%d,"number":%b,"outcome":"%b","error":%b,"error_type":%b}'
+
+
+def sent_record(line: int, number: str, message_id: str) -> bytes:
+    """The record of a recipient the service accepted."""
+    return _SENT % (line, _dumps(number), _dumps(message_id))
+
+
+def invalid_record(line: int, number: str | None, reason: str, detail: str | None = None) -> bytes:
+    """The record of a recipient rejected (by the service, or here with *detail*)."""
+    if detail is None:
+        return _INVALID % (line, _dumps(number), _dumps(reason))
+    return _INVALID_DETAIL % (line, _dumps(number), _dumps(reason), _dumps(detail))
+
+
+def failed_record(
+    line: int, number: str | None, *, maybe_sent: bool, error: str, error_type: str
+) -> bytes:
+    """The record of a recipient with no answer: ``maybe_sent`` or ``not_sent``."""
+    outcome = b"maybe_sent" if maybe_sent else b"not_sent"
+    return _FAILED % (line, _dumps(number), outcome, _dumps(error), _dumps(error_type))
+
+
+Explain = Callable[[da.DispatchError], tuple[str, str]]
+
+
+def _as_is(error: da.DispatchError) -> tuple[str, str]:
+    return str(error), type(error).__name__
+
+
+def part_records(
+    rows: Sequence[Row], part: da.DispatchResult, explain: Explain = _as_is
+) -> tuple[list[bytes], Counter[str]]:
+    """One record per row of *part* (its sendable rows, in input order), and the counts.
+
+    The SDK names each outcome by the number as given; a number can stand on several
+    rows (with other vars), so repeats are matched in input order. A row the part does
+    not mention (the SDK accounts for every one: this is a bug guard) is ``maybe_sent``.
+    """
+    take = _Taker(rows)
+    records: list[bytes] = []
+    append = records.append
+    counts: Counter[str] = Counter()
+    for valid in part.valid:
+        if (at := take(valid.number)) is not None:
+            append(_SENT % (rows[at].line, _dumps(valid.number), _dumps(valid.id)))
+            counts["sent"] += 1
+    for invalid in part.invalid:
+        if (at := take(invalid.number)) is not None:
+            append(_INVALID % (rows[at].line, _dumps(invalid.number), _dumps(invalid.reason)))
+            counts["invalid"] += 1
+    for failure in part.failed:
+        number = failure.recipient.number
+        if (at := take(number)) is not None:
+            error, kind = explain(failure.error)
+            maybe = failure.maybe_sent
+            line = rows[at].line
+            append(failed_record(line, number, maybe_sent=maybe, error=error, error_type=kind))
+            counts["maybe_sent" if maybe else "not_sent"] += 1
+    left = (
+        [] if counts.total() == len(rows) else [r for at, r in enumerate(rows) if take.untaken(at)]
+    )
+    for row in left:
+        append(
+            failed_record(
+                row.line,
+                row.number,
+                maybe_sent=True,
+                error="the SDK gave no outcome for this row",
+                error_type="Interrupted",
+            )
+        )
+    counts["maybe_sent"] += len(left)
+    return records, counts
+
+
+class _Taker:
+    """Hands out each row's index once, by number, in input order."""
+
+    def __init__(self, rows: Sequence[Row]) -> None:
+        self._taken = bytearray(len(rows))
+        numbers = [row.number for row in rows]
+        index = dict(zip(numbers, range(len(rows)), strict=True))
+        self._unique = index if len(index) == len(rows) else None
+        self._queues: dict[str | None, deque[int]] = {}
+        if self._unique is None:
+            for at, number in enumerate(numbers):
+                self._queues.setdefault(number, deque()).append(at)
+
+    def __call__(self, number: str) -> int | None:
+        if self._unique is not None:
+            at = self._unique.pop(number, None)
+        else:
+            queue = self._queues.get(number)
+            at = queue.popleft() if queue else None
+        if at is not None:
+            self._taken[at] = 1
+        return at
+
+    def untaken(self, at: int) -> bool:
+        return not self._taken[at]

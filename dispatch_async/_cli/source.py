@@ -1,0 +1,94 @@
+"""Reading the input against what earlier runs recorded: what each row becomes.
+
+A row is skipped (already recorded), settled at once (malformed, maybe sent by a run
+that died, a duplicate of a number sent before) or handed on to be sent. The source
+runs in a worker thread, so a slow stdin never stalls the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import attrs
+
+import dispatch_async as da
+
+from .input import MALFORMED, Row
+from .journal import Recorded
+from .records import failed_record, invalid_record
+from .spec import Problem
+
+__all__ = ["Reading", "Source"]
+
+
+@attrs.define
+class Reading:
+    """What one read gave: rows to send (at most a chunk) and lines settled at once."""
+
+    rows: list[Row] = attrs.field(factory=list)
+    records: list[bytes] = attrs.field(factory=list)
+    malformed: list[Row] = attrs.field(factory=list)
+    interrupted: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    end: bool = False
+
+
+class Source:
+    """Reads rows and applies what earlier runs recorded; called from a worker thread."""
+
+    def __init__(self, rows: Iterable[Row], recorded: Recorded, output: Path | None) -> None:
+        self._rows: Iterator[Row] = iter(rows)
+        self._recorded = recorded
+        self._output = output
+        self.last_line = 0
+
+    def read(self, size: int) -> Reading:
+        """Up to *size* rows to send; also stops after many settled lines, to stay small."""
+        batch = Reading()
+        recorded = self._recorded
+        seen = recorded.seen
+        key = recorded.canonical
+        send = batch.rows
+        settled = batch.records
+        limit = max(size, 1000) * 4
+        for row in self._rows:
+            line = row.line
+            self.last_line = line
+            if recorded.is_done(line):
+                if not recorded.matches(line, row.number):
+                    raise Problem(
+                        f"line {line} of the input is not the recipient {self._output} "
+                        "recorded for it: resume with the same input file"
+                    )
+                batch.skipped += 1
+            elif row.message is None:
+                settled.append(invalid_record(line, row.number, MALFORMED, row.problem))
+                batch.malformed.append(row)
+            elif recorded.is_pending(line):
+                settled.append(
+                    failed_record(
+                        line,
+                        row.number,
+                        maybe_sent=True,
+                        error="a previous run was killed while this line may have been in "
+                        "flight; --resend-maybe-sent sends it again",
+                        error_type="Interrupted",
+                    )
+                )
+                batch.interrupted += 1
+                if seen is not None and key is not None:
+                    # Maybe sent: a later row with its number is a duplicate.
+                    seen.add(key(row.message["number"]))
+            elif seen is not None and key is not None and key(row.message["number"]) in seen:
+                settled.append(invalid_record(line, row.number, da.DUPLICATE_REASON))
+                batch.duplicates += 1
+            else:
+                send.append(row)
+                if len(send) == size:
+                    return batch
+            if len(settled) >= limit or batch.skipped >= limit:
+                return batch
+        batch.end = True
+        return batch
