@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 import redis.asyncio
 
@@ -173,3 +174,28 @@ def test_missing_redis_extra_is_a_configuration_error(monkeypatch: pytest.Monkey
 def test_a_url_that_is_not_redis_is_refused(url: str) -> None:
     with pytest.raises(da.ConfigurationError):
         da.RedisTokenStore(url)
+
+
+@pytest.mark.parametrize("planted", ["ok\r\nX-Injected: 1", "ok\nx", "ok\x00x", "ok\x7f", ""])
+async def test_a_stored_token_with_control_characters_is_refused_where_it_is_read(
+    server: FakeDispatchServer,
+    redis_server: str,
+    prefix: str,
+    planted: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_server)
+    try:
+        value = orjson.dumps({"v": planted, "iat": time.time(), "life": 60})
+        await client.set(f"{prefix}token", value, px=60_000)
+    finally:
+        await client.aclose()
+    with caplog.at_level(logging.WARNING, logger="dispatch_async"):
+        async with session_for(
+            server, token_store=da.RedisTokenStore(redis_server, key_prefix=prefix)
+        ) as session:
+            result = await session.send_basic(numbers(2), text="hi")
+    assert len(result.valid) == 2
+    assert server.stats.token_calls == 1
+    assert "unreadable" in caplog.text
+    assert "Injected" not in caplog.text
