@@ -304,10 +304,6 @@ class TokenKeeper:
         stored = await store.load()
         if stored is None or stored.value == self._refused:
             return None
-        if has_control_characters(stored.value):
-            # Never put it in a header: whoever could write it there could split requests.
-            log.warning("the shared access token has control characters; replacing it")
-            return None
         current = self._token
         if current is not None and current.value == stored.value:
             # Ours already: keep its refresh point rather than draw a new jitter.

@@ -109,6 +109,8 @@ async def run_queue_worker(config: WorkerConfig, *, verbose: int) -> int:
         return await run_worker(config)
     except ConfigurationError as exc:
         raise Problem(str(exc)) from None
+    except redis_errors() as exc:
+        raise _unreachable(config.queue_url, exc) from None
 
 
 async def _connect(queue_url: str) -> ArqRedis:
@@ -116,6 +118,14 @@ async def _connect(queue_url: str) -> ArqRedis:
         return await connect(queue_url)
     except ConfigurationError as exc:
         raise Problem(str(exc)) from None
+    except redis_errors() as exc:
+        raise _unreachable(queue_url, exc) from None
+
+
+def _unreachable(queue_url: str, exc: BaseException) -> Problem:
+    # redis-py's messages name host and port, never the password; the URL is redacted.
+    message = f"cannot use the Redis queue {redacted_url(queue_url)}: {type(exc).__name__}: {exc}"
+    return Problem(" ".join(message.split()))
 
 
 def _conclude(summary: QueueReport, output: Path | None, err: TextIO) -> int:

@@ -120,6 +120,19 @@ def check_job_id(job: str) -> str:
     return job
 
 
+def redis_settings(queue_url: str) -> Any:
+    """arq's settings for *queue_url*, failing at once on a refused connection or password.
+
+    arq retries a failing connection five times, a warning each; a wrong password or
+    address does not get better, and the command line says so in one line.
+    """
+    from arq.connections import RedisSettings
+
+    settings = RedisSettings.from_dsn(check_url(queue_url))
+    settings.conn_retries = 0
+    return settings
+
+
 async def connect(queue_url: str) -> ArqRedis:
     """An arq Redis pool (a redis-py client) for *queue_url*; JSON, never pickle, for jobs.
 
@@ -127,14 +140,13 @@ async def connect(queue_url: str) -> ArqRedis:
         ConfigurationError: the queue extra is not installed, or a bad URL.
     """
     try:
-        from arq.connections import RedisSettings, create_pool
+        from arq.connections import create_pool
     except ImportError:
         raise ConfigurationError(
             'a queued job needs the queue extra: pip install "dispatch-async[queue]"'
         ) from None
-    check_url(queue_url)
     return await create_pool(
-        RedisSettings.from_dsn(queue_url),
+        redis_settings(queue_url),
         job_serializer=orjson.dumps,
         job_deserializer=orjson.loads,
     )

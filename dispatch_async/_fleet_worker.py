@@ -35,6 +35,7 @@ from ._fleet_queue import (
     load_rows,
     malformed_records,
     queue_name,
+    redis_settings,
 )
 from ._models import DispatchResult
 from ._redis import DEFAULT_KEY_PREFIX
@@ -63,7 +64,6 @@ class WorkerConfig:
 
 def worker_settings(config: WorkerConfig) -> dict[str, Any]:
     """The keyword arguments of ``arq.Worker`` for *config*."""
-    from arq.connections import RedisSettings
     from arq.worker import func
 
     async def startup(ctx: dict[str, Any]) -> None:
@@ -81,7 +81,7 @@ def worker_settings(config: WorkerConfig) -> dict[str, Any]:
     return {
         # One try more than a redelivery needs: a second delivery only records.
         "functions": [func(send_chunk, name=SEND_CHUNK, max_tries=3)],
-        "redis_settings": RedisSettings.from_dsn(config.queue_url),
+        "redis_settings": redis_settings(config.queue_url),
         "queue_name": queue_name(config.key_prefix),
         "on_startup": startup,
         "on_shutdown": shutdown,

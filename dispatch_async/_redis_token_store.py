@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -28,6 +29,9 @@ log = logging.getLogger("dispatch_async")
 #: Seconds the refresh lock lives if its holder dies. A live holder renews it every
 #: third of that for as long as its token fetch takes.
 DEFAULT_LOCK_TIMEOUT = 20.0
+
+#: A token we put in an Authorization header: printable ASCII, no control characters.
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
 
 class RedisTokenStore:
@@ -77,7 +81,12 @@ class RedisTokenStore:
             return None
         try:
             data = orjson.loads(raw)
-            return StoredToken(str(data["v"]), float(data["iat"]), float(data["life"]))
+            value = data["v"]
+            # Anything that wrote to Redis could have planted this: a token that is not a
+            # plain header value would fail (or inject a header) in the HTTP layer.
+            if not isinstance(value, str) or not _HEADER_SAFE.fullmatch(value):
+                raise ValueError("not a header-safe token")
+            return StoredToken(value, float(data["iat"]), float(data["life"]))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             log.warning("the shared access token in Redis is unreadable; ignoring it")
             return None

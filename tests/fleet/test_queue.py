@@ -22,6 +22,7 @@ import pytest
 from dispatch_async._cli.spec import InputSpec, Target
 from dispatch_async._fleet_queue import JobKeys, connect, enqueue, report
 from dispatch_async.testing import FakeDispatchServer
+from tests.fleet.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "queue-test-secret"
@@ -321,3 +322,28 @@ async def test_report_of_an_unknown_job_is_a_usage_error(redis_server: str, pref
     )  # fmt: skip
     assert code == 2
     assert "no job 'nope'" in err
+
+
+@pytest.mark.parametrize("failure", ["wrong password", "nothing listening"])
+@pytest.mark.parametrize("command", ["worker", "producer", "report"])
+async def test_redis_failures_are_one_line_without_the_password(
+    command: str, failure: str, redis_server: str, prefix: str, tmp_path: Path
+) -> None:
+    host = redis_server.split("@")[-1].split("//")[-1]
+    if failure == "nothing listening":
+        host = f"127.0.0.1:{free_port()}/0"
+    queue = f"redis://:hunter2pw@{host}"
+    source = tmp_path / "in.csv"
+    write_input(source)
+    args = {
+        "worker": ("worker", "--burst"),
+        "producer": ("send", "basic", "--text", "hi", "-i", str(source), "--job", "j"),
+        "report": ("report", "--job", "j"),
+    }[command]
+    env = {**os.environ, "DISPATCH_CLIENT_SECRET": SECRET, "DISPATCH_ACCOUNT": "acme"}
+    code, err = await cli(*args, "--queue", queue, "--key-prefix", prefix, env=env)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert "hunter2pw" not in err
+    assert "Redis" in err
