@@ -24,6 +24,7 @@ from ._models import (
     valid_messages,
 )
 from ._recipients import Chunk, recipient_of
+from ._wire import AnswerColumns, decode_json
 
 __all__ = ["result_from_answer", "result_from_error"]
 
@@ -60,7 +61,26 @@ def result_from_error(
 def result_from_answer(
     chunk: Chunk, data: Any, *, requests: int = 1, retries: int = 0
 ) -> DispatchResult:
-    """The outcome of every recipient of *chunk*, from the service's 200 answer *data*."""
+    """The outcome of every recipient of *chunk*, from the service's 200 answer *data*.
+
+    *data* is the parsed JSON, or ``AnswerColumns`` when it was decoded with its shape
+    checked (``decode_answer``); both go through the same match.
+    """
+    if isinstance(data, AnswerColumns):
+        if _matches(chunk, data.valid_numbers, data.invalid_numbers):
+            return _quick_result(
+                chunk,
+                data.ids,
+                data.valid_numbers,
+                data.invalid_numbers,
+                data.reasons,
+                requests=requests,
+                retries=retries,
+            )
+        try:
+            data = decode_json(data.body)
+        except MalformedResponseError as unreadable:
+            return result_from_error(chunk, unreadable, requests=requests, retries=retries)
     if not isinstance(data, dict):
         error = MalformedResponseError(f"the answer is a JSON {type(data).__name__}, not an object")
         return result_from_error(chunk, error, requests=requests, retries=retries)
@@ -69,30 +89,41 @@ def result_from_answer(
     if not isinstance(valid, list) or not isinstance(invalid, list):
         error = MalformedResponseError("validMessages and invalidMessages must be arrays")
         return result_from_error(chunk, error, requests=requests, retries=retries)
-    quick = _quick_match(chunk, valid, invalid)
-    if quick is not None:
-        ids, valid_numbers, invalid_numbers, reasons = quick
-        numbers, local_reasons = _rejected(chunk)
-        return DispatchResult(
-            chunk.positions,
-            valid_messages(ids, valid_numbers),
-            invalid_messages(invalid_numbers + numbers, reasons + local_reasons),
-            requests=requests,
-            retries=retries,
-        )
+    columns = _columns(valid, invalid)
+    if columns is not None and _matches(chunk, columns[1], columns[2]):
+        return _quick_result(chunk, *columns, requests=requests, retries=retries)
     return _careful_match(chunk, valid, invalid, requests=requests, retries=retries)
 
 
-def _quick_match(
-    chunk: Chunk, valid: list[Any], invalid: list[Any]
-) -> tuple[tuple[str, ...], tuple[str, ...], list[str], list[str]] | None:
-    """What to keep if the answer names exactly the numbers sent, as sent; else None.
+_Columns = tuple[Sequence[str], Sequence[str], list[str], list[str]]
+
+
+def _quick_result(
+    chunk: Chunk,
+    ids: Sequence[str],
+    valid_numbers: Sequence[str],
+    invalid_numbers: list[str],
+    reasons: list[str],
+    *,
+    requests: int,
+    retries: int,
+) -> DispatchResult:
+    numbers, local_reasons = _rejected(chunk)
+    return DispatchResult(
+        chunk.positions,
+        valid_messages(ids, valid_numbers),
+        invalid_messages(invalid_numbers + numbers, reasons + local_reasons),
+        requests=requests,
+        retries=retries,
+    )
+
+
+def _columns(valid: list[Any], invalid: list[Any]) -> _Columns | None:
+    """(ids, valid numbers, invalid numbers, reasons) if every entry has them as strings.
 
     The ids and numbers are tuples: the part keeps them until the job's end, and the
     garbage collector stops tracking a tuple of strings (see ``_Pairs``).
     """
-    if chunk.given is not None:
-        return None
     try:
         # map + itemgetter raise exactly what m["id"] would (KeyError, TypeError).
         ids = tuple(map(_ID, valid))
@@ -108,17 +139,21 @@ def _quick_match(
         return None
     if "" in ids:
         return None
+    return ids, valid_numbers, invalid_numbers, reasons
+
+
+def _matches(chunk: Chunk, valid_numbers: Sequence[str], invalid_numbers: list[str]) -> bool:
+    """Whether the answer names exactly the numbers sent, as sent, each once."""
+    if chunk.given is not None:
+        return False
     sent = list(map(_NUMBER, chunk.messages))
     if len(valid_numbers) + len(invalid_numbers) != len(sent):
-        return None
-    if not (
-        _interleaved(sent, valid_numbers, invalid_numbers)
+        return False
+    return _interleaved(sent, valid_numbers, invalid_numbers) or (
         # Another order: compare as multisets. dict.__eq__ compares the counts in C,
         # where Counter.__eq__ is a Python loop dearer than all the rest of the match.
-        or dict.__eq__(Counter([*valid_numbers, *invalid_numbers]), Counter(sent))
-    ):
-        return None
-    return ids, valid_numbers, invalid_numbers, reasons
+        dict.__eq__(Counter([*valid_numbers, *invalid_numbers]), Counter(sent))
+    )
 
 
 def _interleaved(sent: list[str], valid: Sequence[str], invalid: Sequence[str]) -> bool:

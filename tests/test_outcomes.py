@@ -14,12 +14,15 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import dispatch_async as da
-from dispatch_async._matching import _interleaved
+from dispatch_async._matching import _interleaved, result_from_answer
+from dispatch_async._recipients import Chunk
+from dispatch_async._wire import AnswerColumns, decode_answer, decode_json
 from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .conftest import TEMPLATE, numbers, session_for
@@ -438,3 +441,72 @@ class TestOrderCheck:
         valid = [n for n, ok in zip(sent, flags, strict=True) if ok]
         invalid = [n for n, ok in zip(sent, flags, strict=True) if not ok]
         assert _interleaved(sent, valid, invalid)
+
+
+def _outcome_of(result: da.DispatchResult) -> tuple[object, ...]:
+    failures = [(f.recipient, type(f.error), str(f.error), f.maybe_sent) for f in result.failed]
+    return list(result.valid), list(result.invalid), failures, list(result.unexpected)
+
+
+_ANSWER_TEXT = st.one_of(st.sampled_from(["", "+1", "+2", "+3", "1", "x"]), st.text(max_size=3))
+_ANSWER_VALUE = st.one_of(_ANSWER_TEXT, st.none(), st.integers(), st.lists(st.none(), max_size=1))
+_ENTRY = st.one_of(
+    st.dictionaries(st.sampled_from(["id", "number", "reason", "extra"]), _ANSWER_VALUE),
+    _ANSWER_VALUE,
+)
+
+
+class TestTypedAnswer:
+    """The C-level decode of an answer ends every recipient exactly where orjson's does."""
+
+    @given(
+        st.lists(st.sampled_from(["+1", "+2", "+3", "+4"]), min_size=1, max_size=6),
+        st.dictionaries(
+            st.sampled_from(["validMessages", "invalidMessages", "other"]),
+            st.one_of(st.lists(_ENTRY, max_size=7), _ANSWER_VALUE),
+        ),
+    )
+    def test_typed_decode_gives_what_the_careful_decode_gives(
+        self, sent: list[str], answer: dict[str, object]
+    ) -> None:
+        chunk = Chunk(0, len(sent), [{"number": n, "vars": {}} for n in sent])
+        body = orjson.dumps(answer)
+        typed = result_from_answer(chunk, decode_answer(body))
+        careful = result_from_answer(chunk, decode_json(body))
+        assert _outcome_of(typed) == _outcome_of(careful)
+
+    @given(st.lists(st.sampled_from(["+1", "+2", "+3", "+4"]), min_size=1, max_size=6), st.data())
+    def test_an_echoed_answer_takes_the_typed_columns(
+        self, sent: list[str], data: st.DataObject
+    ) -> None:
+        flags = data.draw(st.lists(st.booleans(), min_size=len(sent), max_size=len(sent)))
+        valid = [
+            {"id": f"id{i}", "number": n}
+            for i, (n, ok) in enumerate(zip(sent, flags, strict=True))
+            if ok
+        ]
+        invalid = [
+            {"number": n, "reason": "no"} for n, ok in zip(sent, flags, strict=True) if not ok
+        ]
+        body = orjson.dumps({"validMessages": valid, "invalidMessages": invalid})
+        decoded = decode_answer(body)
+        assert isinstance(decoded, AnswerColumns)
+        chunk = Chunk(0, len(sent), [{"number": n, "vars": {}} for n in sent])
+        result = result_from_answer(chunk, decoded)
+        assert _outcome_of(result) == _outcome_of(result_from_answer(chunk, decode_json(body)))
+        assert len(result.valid) + len(result.invalid) == len(sent)
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            b"not json",
+            b'{"validMessages": []} trailing',
+            b'{"validMessages": [], "other": "\xed\xa0\x80"}',
+            b'{"validMessages": [{"id": "1", "number": "\xed\xa0\x80"}]}',
+        ],
+    )
+    def test_garbage_is_refused_as_the_careful_decode_refuses_it(self, body: bytes) -> None:
+        with pytest.raises(da.MalformedResponseError):
+            decode_json(body)
+        with pytest.raises(da.MalformedResponseError):
+            decode_answer(body)
