@@ -393,8 +393,7 @@ def worker(
     Start as many as you like, on any host that reaches the Redis: they share one token
     and, with --rate, one request rate.
     """
-    from .._cli_queue import run_queue_worker
-    from .._fleet_worker import WorkerConfig
+    from .worker import WorkerConfig, run_queue_worker
 
     config = WorkerConfig(
         queue_url=queue,
@@ -420,7 +419,7 @@ def worker(
 )
 def report(queue: str, key_prefix: str, job: str, output: Path | None) -> None:
     """Sum up a queued job; exit 0 only when it is finished with no failed line."""
-    from .._cli_queue import run_queue_report
+    from .report import run_queue_report
 
     _exit(
         lambda: asyncio.run(
@@ -482,7 +481,7 @@ _NOT_QUEUED = ("resume", "resend_maybe_sent", "dedupe", "prevalidate", "deadline
 
 
 def _enqueue(target: Target, options: dict[str, Any]) -> None:
-    from .._cli_queue import run_enqueue
+    from .report import run_enqueue
 
     if not options["job"]:
         raise click.UsageError("--queue needs --job ID (the same ID continues the job)")

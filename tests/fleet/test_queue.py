@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 import pytest
 
+from dispatch_async._cli.queue import JobKeys, connect, enqueue
+from dispatch_async._cli.report import report
 from dispatch_async._cli.spec import InputSpec, Target
-from dispatch_async._fleet_queue import JobKeys, connect, enqueue, report
 from dispatch_async.testing import FakeDispatchServer
 from tests.fleet.conftest import free_port
 
@@ -252,6 +253,47 @@ async def test_running_the_producer_again_enqueues_and_sends_nothing_twice(
     records = read_report(output)
     assert [r["line"] for r in records] == list(range(2, LINES + 2))
     assert Counter(r["outcome"] for r in records) == {"sent": LINES - 2, "invalid": 2}
+
+
+async def test_a_chunk_whose_rows_are_gone_is_never_reported_finished(
+    redis: Any, redis_server: str, prefix: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.csv"
+    write_input(source)
+    output = tmp_path / "report.jsonl"
+    async with FakeDispatchServer(client_secret=SECRET) as server:
+        env = worker_env(server)
+        produce = (
+            *("send", "basic", "--text", "hi", "-i", str(source), "--chunk-size", "20"),
+            *("--queue", redis_server, "--job", "lost", "--key-prefix", prefix),
+        )
+        report_args = ("report", "--queue", redis_server, "--key-prefix", prefix)
+        code, err = await cli(*produce, env=env)
+        assert code == 0, err
+        keys = JobKeys(prefix, "lost")
+        # A worker claimed chunk 1 and died; then Redis lost its rows (eviction, a TTL).
+        await redis.hset(keys.state, "1", b"in_flight")
+        await redis.delete(keys.rows(1))
+        worker = await start_worker(server, redis_server, prefix)
+        _, werr = await asyncio.wait_for(worker.communicate(), 30)
+        assert worker.returncode == 0, werr.decode()[-2000:]
+        assert "recorded maybe_sent" not in werr.decode()
+        code, err = await cli(*report_args, "--job", "lost", "-o", str(output), env=env)
+        assert code == 1, err
+        assert "not finished: 40 of 60 input lines recorded" in err
+        assert len(read_report(output)) == 40
+
+        # The producer, run again, stores the rows again: their lines get records.
+        code, err = await cli(*produce, env=env)
+        assert code == 0, err
+        worker = await start_worker(server, redis_server, prefix)
+        await asyncio.wait_for(worker.communicate(), 30)
+        code, err = await cli(*report_args, "--job", "lost", "-o", str(output), env=env)
+    records = read_report(output)
+    assert sorted(r["line"] for r in records) == list(range(2, LINES + 2))
+    assert Counter(r["outcome"] for r in records if 22 <= r["line"] <= 41) == {"maybe_sent": 20}
+    assert server.stats.recipients_received == 39  # chunks 0 and 2, less the malformed row
+    assert not server.stats.duplicates
 
 
 async def test_the_same_job_with_other_input_is_refused(

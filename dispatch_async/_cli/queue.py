@@ -24,40 +24,49 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import urllib.parse
 import zlib
-from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, Final, TypeAlias
 
 import attrs
 import orjson
 
-from ._cli.input import MALFORMED, Row
-from ._cli.records import OUTCOMES, failed_record, invalid_record
-from ._cli.spec import InputSpec, Problem, Target
-from ._exceptions import ConfigurationError
-from ._redis import DEFAULT_KEY_PREFIX, check_prefix, check_url
+import dispatch_async as da
+
+from .input import MALFORMED, Row
+from .records import failed_record, invalid_record
+from .spec import InputSpec, Problem, Target
 
 #: arq's ``ArqRedis`` (a redis-py asyncio client). Typed loosely: redis-py types every
 #: reply as "awaitable or not", which strict mypy rejects at each ``await``.
 ArqRedis: TypeAlias = Any
 
 __all__ = [
+    "DEFAULT_TTL",
     "DONE",
     "IN_FLIGHT",
     "PENDING",
+    "SEND_CHUNK",
     "ArqRedis",
     "JobKeys",
     "Produced",
-    "QueueReport",
+    "check_job_id",
+    "check_prefix",
+    "claim",
     "connect",
+    "dump_rows",
     "enqueue",
+    "finish",
     "interrupted_records",
     "load_rows",
     "malformed_records",
-    "report",
+    "queue_name",
+    "redis_errors",
+    "redis_settings",
+    "unreachable",
     "wait_until_done",
+    "where",
 ]
 
 PENDING: Final = b"pending"
@@ -120,36 +129,62 @@ def check_job_id(job: str) -> str:
     return job
 
 
+def check_prefix(key_prefix: str) -> str:
+    if not key_prefix or any(c in key_prefix for c in "*?[]"):
+        raise Problem("--key-prefix must be non-empty, without glob characters (*?[])")
+    return key_prefix
+
+
+def where(queue_url: str) -> str:
+    """The queue's address for messages: scheme, host, port and database, never a password."""
+    parts = urllib.parse.urlsplit(queue_url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
+
+
+def redis_errors() -> tuple[type[BaseException], ...]:
+    """What a failing Redis raises: redis-py's errors and the socket's."""
+    import redis.exceptions
+
+    return (redis.exceptions.RedisError, OSError)
+
+
+def unreachable(queue_url: str, exc: BaseException) -> Problem:
+    """One line, exit 2: redis-py's messages name host and port, never the password."""
+    message = f"cannot use the Redis queue {where(queue_url)}: {type(exc).__name__}: {exc}"
+    return Problem(" ".join(message.split()))
+
+
 def redis_settings(queue_url: str) -> Any:
     """arq's settings for *queue_url*, failing at once on a refused connection or password.
 
     arq retries a failing connection five times, a warning each; a wrong password or
     address does not get better, and the command line says so in one line.
     """
-    from arq.connections import RedisSettings
-
-    settings = RedisSettings.from_dsn(check_url(queue_url))
+    try:
+        from arq.connections import RedisSettings
+    except ImportError:
+        raise Problem(
+            'a queued job needs the queue extra: pip install "dispatch-async[queue]"'
+        ) from None
+    if urllib.parse.urlsplit(queue_url).scheme not in ("redis", "rediss", "unix"):
+        raise Problem("--queue must be a redis://, rediss:// or unix:// URL")
+    settings = RedisSettings.from_dsn(queue_url)
     settings.conn_retries = 0
     return settings
 
 
 async def connect(queue_url: str) -> ArqRedis:
-    """An arq Redis pool (a redis-py client) for *queue_url*; JSON, never pickle, for jobs.
+    """An arq Redis pool (a redis-py client) for *queue_url*; JSON, never pickle, for jobs."""
+    from arq.connections import create_pool
 
-    Raises:
-        ConfigurationError: the queue extra is not installed, or a bad URL.
-    """
+    settings = redis_settings(queue_url)
     try:
-        from arq.connections import create_pool
-    except ImportError:
-        raise ConfigurationError(
-            'a queued job needs the queue extra: pip install "dispatch-async[queue]"'
-        ) from None
-    return await create_pool(
-        redis_settings(queue_url),
-        job_serializer=orjson.dumps,
-        job_deserializer=orjson.loads,
-    )
+        return await create_pool(
+            settings, job_serializer=orjson.dumps, job_deserializer=orjson.loads
+        )
+    except redis_errors() as exc:
+        raise unreachable(queue_url, exc) from None
 
 
 # -- rows ------------------------------------------------------------------------------
@@ -211,7 +246,7 @@ async def enqueue(
     account: str | None,
     input_spec: InputSpec,
     chunk_size: int,
-    key_prefix: str = DEFAULT_KEY_PREFIX,
+    key_prefix: str = da.DEFAULT_KEY_PREFIX,
     ttl: int = DEFAULT_TTL,
 ) -> Produced:
     """Split the input into chunks of *chunk_size* rows, store and enqueue each once.
@@ -294,41 +329,33 @@ async def _store_chunk(
     """Store a chunk as pending unless it is already there; True unless it is done."""
     payload = dump_rows(chunk)
     digest = str(zlib.crc32(payload)).encode()
-    async with redis.pipeline(transaction=True) as pipe:
-        while True:
-            try:
-                await pipe.watch(keys.state)
-                state = await pipe.hget(keys.state, str(index))
-                stored = await pipe.hget(keys.digest, str(index))
-                if stored is not None and stored != digest:
-                    raise Problem(
-                        f"chunk {index} of job {keys.job!r} (input lines "
-                        f"{chunk[0].line}-{chunk[-1].line}) differs from what was enqueued: "
-                        "continue a job with the same input file"
-                    )
-                if state == DONE:
-                    await pipe.reset()
-                    return False
-                if state == IN_FLIGHT:
-                    # Enqueued again (arq refuses it while the first delivery is queued or
-                    # running): if that delivery failed for good, this one records the
-                    # chunk maybe_sent instead of leaving it in flight forever.
-                    await pipe.reset()
-                    return True
-                pipe.multi()
-                pipe.set(keys.rows(index), payload, ex=ttl)
-                pipe.hset(keys.state, str(index), PENDING)
-                pipe.hset(keys.digest, str(index), digest)
-                await pipe.execute()
-                return True
-            except _watch_error():
-                continue
 
+    async def store(pipe: Any) -> bool:
+        state = await pipe.hget(keys.state, str(index))
+        stored = await pipe.hget(keys.digest, str(index))
+        if stored is not None and stored != digest:
+            raise Problem(
+                f"chunk {index} of job {keys.job!r} (input lines "
+                f"{chunk[0].line}-{chunk[-1].line}) differs from what was enqueued: "
+                "continue a job with the same input file"
+            )
+        if state == DONE:
+            return False
+        pipe.multi()
+        if state == IN_FLIGHT:
+            # Enqueued again (arq refuses it while the first delivery is queued or
+            # running): if that delivery failed for good, this one records the chunk
+            # maybe_sent instead of leaving it in flight forever. Its rows are stored
+            # again in case they were lost (evicted, expired): they name its lines.
+            pipe.set(keys.rows(index), payload, ex=ttl, nx=True)
+            return True
+        pipe.set(keys.rows(index), payload, ex=ttl)
+        pipe.hset(keys.state, str(index), PENDING)
+        pipe.hset(keys.digest, str(index), digest)
+        return True
 
-def _watch_error() -> type[Exception]:
-    from redis.exceptions import WatchError
-
-    return WatchError
+    result: bool = await redis.transaction(store, keys.state, value_from_callable=True)
+    return result
 
 
 # -- claiming and finishing a chunk (the worker's side) -----------------------------
@@ -336,21 +363,17 @@ def _watch_error() -> type[Exception]:
 
 async def claim(redis: ArqRedis, keys: JobKeys, index: int, owner: str) -> bytes | None:
     """Set chunk *index* ``in_flight`` if it is ``pending``; the state it had before."""
-    async with redis.pipeline(transaction=True) as pipe:
-        while True:
-            try:
-                await pipe.watch(keys.state)
-                state: bytes | None = await pipe.hget(keys.state, str(index))
-                if state != PENDING:
-                    await pipe.reset()
-                    return state
-                pipe.multi()
-                pipe.hset(keys.state, str(index), IN_FLIGHT)
-                pipe.hset(keys.owner, str(index), owner)
-                await pipe.execute()
-                return state
-            except _watch_error():
-                continue
+
+    async def claim_it(pipe: Any) -> bytes | None:
+        state: bytes | None = await pipe.hget(keys.state, str(index))
+        if state == PENDING:
+            pipe.multi()
+            pipe.hset(keys.state, str(index), IN_FLIGHT)
+            pipe.hset(keys.owner, str(index), owner)
+        return state
+
+    state: bytes | None = await redis.transaction(claim_it, keys.state, value_from_callable=True)
+    return state
 
 
 async def finish(
@@ -367,119 +390,29 @@ async def finish(
     redelivery marking it interrupted writes only over ``in_flight``.
     """
     ttl = await redis.ttl(keys.meta)
-    async with redis.pipeline(transaction=True) as pipe:
-        while True:
-            try:
-                if only_if_in_flight:
-                    await pipe.watch(keys.state)
-                    if await pipe.hget(keys.state, str(index)) != IN_FLIGHT:
-                        await pipe.reset()
-                        return False
-                    pipe.multi()
-                pipe.hset(keys.out, str(index), b"\n".join(records))
-                pipe.hset(keys.state, str(index), DONE)
-                pipe.hset(keys.meta, "last_done", str(time.time()))
-                pipe.delete(keys.rows(index))
-                if ttl > 0:
-                    pipe.expire(keys.out, ttl)
-                await pipe.execute()
-                return True
-            except _watch_error():
-                continue
 
+    async def finish_it(pipe: Any) -> bool:
+        if only_if_in_flight and await pipe.hget(keys.state, str(index)) != IN_FLIGHT:
+            return False
+        pipe.multi()
+        pipe.hset(keys.out, str(index), b"\n".join(records))
+        pipe.hset(keys.state, str(index), DONE)
+        pipe.hset(keys.meta, "last_done", str(time.time()))
+        pipe.delete(keys.rows(index))
+        if ttl > 0:
+            pipe.expire(keys.out, ttl)
+        return True
 
-# -- the report --------------------------------------------------------------------
-
-
-@attrs.define
-class QueueReport:
-    """The whole job, as a single-machine run would sum it up."""
-
-    job: str
-    chunks: int
-    lines: int
-    states: Counter[str]
-    outcomes: Counter[str]
-    records: int
-    seconds: float
-    complete_input: bool
-
-    @property
-    def complete(self) -> bool:
-        """Every chunk done and every input line recorded."""
-        return self.complete_input and self.states["done"] == self.chunks
-
-    @property
-    def failed(self) -> int:
-        return self.outcomes["not_sent"] + self.outcomes["maybe_sent"]
-
-
-async def report(
-    redis: ArqRedis,
-    *,
-    job: str,
-    output: Path | None,
-    key_prefix: str = DEFAULT_KEY_PREFIX,
-) -> QueueReport:
-    """Gather every chunk's records into *output* (one line per input line, in line order).
-
-    Raises:
-        Problem: there is no such job.
-    """
-    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
-    meta = await redis.hgetall(keys.meta)
-    if not meta:
-        raise Problem(f"no job {job!r} in this Redis (under prefix {key_prefix!r})")
-    chunks = int(meta.get(b"chunks", 0))
-    states = Counter(state.decode() for state in (await redis.hgetall(keys.state)).values())
-    outcomes: Counter[str] = Counter()
-    records = 0
-    sink = await asyncio.to_thread(_open_output, output)
-    try:
-        for first in range(0, chunks, 100):
-            fields = [str(i) for i in range(first, min(first + 100, chunks))]
-            for value in await redis.hmget(keys.out, fields):
-                if not value:
-                    continue
-                lines = sorted(
-                    (orjson.loads(raw) for raw in value.split(b"\n")), key=lambda r: r["line"]
-                )
-                records += len(lines)
-                outcomes.update(record["outcome"] for record in lines)
-                if sink is not None:
-                    data = b"".join(orjson.dumps(record) + b"\n" for record in lines)
-                    await asyncio.to_thread(sink.write, data)
-    finally:
-        if sink is not None:
-            await asyncio.to_thread(sink.close)
-    started = float(meta.get(b"created", 0))
-    ended = float(meta.get(b"last_done", started))
-    return QueueReport(
-        job=job,
-        chunks=chunks,
-        lines=int(meta.get(b"lines", 0)),
-        states=states,
-        outcomes=Counter({o: outcomes[o] for o in OUTCOMES}),
-        records=records,
-        seconds=max(ended - started, 0.0),
-        complete_input=b"chunks" in meta,
-    )
-
-
-def _open_output(output: Path | None) -> Any:
-    if output is None:
-        return None
-    try:
-        return open(output, "wb")  # closed by report()
-    except OSError as exc:
-        raise Problem(f"cannot write {output}: {exc.strerror}") from None
+    watches = (keys.state,) if only_if_in_flight else ()
+    done: bool = await redis.transaction(finish_it, *watches, value_from_callable=True)
+    return done
 
 
 async def wait_until_done(
     redis: ArqRedis,
     *,
     job: str,
-    key_prefix: str = DEFAULT_KEY_PREFIX,
+    key_prefix: str = da.DEFAULT_KEY_PREFIX,
     every: float = 0.5,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> None:

@@ -9,21 +9,19 @@ stored with ``done`` after; see ``_fleet_queue`` for the keys.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
-from collections import deque
 from typing import Any
 
 import attrs
 import orjson
 
-from ._batch import collected
-from ._cli.input import Row
-from ._cli.records import failed_record, invalid_record, sent_record
-from ._cli.spec import Connection, Target
-from ._exceptions import ConfigurationError, DispatchError
-from ._fleet_queue import (
+import dispatch_async as da
+
+from .input import Row
+from .queue import (
     DONE,
     IN_FLIGHT,
     PENDING,
@@ -35,13 +33,14 @@ from ._fleet_queue import (
     load_rows,
     malformed_records,
     queue_name,
+    redis_errors,
     redis_settings,
+    unreachable,
 )
-from ._models import DispatchResult
-from ._redis import DEFAULT_KEY_PREFIX
-from ._session import DispatchSession
+from .records import failed_record, part_records
+from .spec import Connection, Problem, Target
 
-__all__ = ["WorkerConfig", "run_worker", "send_chunk", "worker_settings"]
+__all__ = ["WorkerConfig", "run_queue_worker", "run_worker", "send_chunk", "worker_settings"]
 
 log = logging.getLogger("dispatch_async")
 
@@ -55,7 +54,7 @@ class WorkerConfig:
 
     queue_url: str = attrs.field(repr=False)
     connection: Connection
-    key_prefix: str = DEFAULT_KEY_PREFIX
+    key_prefix: str = da.DEFAULT_KEY_PREFIX
     max_jobs: int = 4
     job_timeout: float = 300.0
     burst: bool = False
@@ -74,7 +73,7 @@ def worker_settings(config: WorkerConfig) -> dict[str, Any]:
         ctx["dispatch_deadline"] = config.job_timeout * _DEADLINE_SHARE
 
     async def shutdown(ctx: dict[str, Any]) -> None:
-        session: DispatchSession | None = ctx.pop("dispatch_session", None)
+        session: da.DispatchSession | None = ctx.pop("dispatch_session", None)
         if session is not None:
             await session.close()
 
@@ -111,27 +110,25 @@ async def run_worker(config: WorkerConfig) -> int:
     return 0
 
 
-def _session(config: WorkerConfig) -> DispatchSession:
-    from ._redis_rate_limiter import RedisRateLimiter
-    from ._redis_token_store import RedisTokenStore
-
+def _session(config: WorkerConfig) -> da.DispatchSession:
     connection = config.connection
     if not connection.base_url or not connection.client_secret:
-        raise ConfigurationError(
+        raise Problem(
             "the worker needs DISPATCH_BASE_URL and DISPATCH_CLIENT_SECRET (or --base-url "
             "and --client-secret-file)"
         )
-    limiter = (
-        RedisRateLimiter(
-            config.queue_url, requests_per_second=connection.rate, key_prefix=config.key_prefix
+    try:
+        limiter = (
+            da.RedisRateLimiter(
+                config.queue_url, requests_per_second=connection.rate, key_prefix=config.key_prefix
+            )
+            if connection.rate
+            else None
         )
-        if connection.rate
-        else None
-    )
-    return connection.session(
-        token_store=RedisTokenStore(config.queue_url, key_prefix=config.key_prefix),
-        rate_limiter=limiter,
-    )
+        store = da.RedisTokenStore(config.queue_url, key_prefix=config.key_prefix)
+    except da.DispatchError as exc:
+        raise Problem(str(exc)) from None
+    return connection.session(token_store=store, rate_limiter=limiter)
 
 
 async def send_chunk(ctx: dict[str, Any], job: str, index: int) -> str:
@@ -144,74 +141,78 @@ async def send_chunk(ctx: dict[str, Any], job: str, index: int) -> str:
     raw = await redis.get(keys.rows(index))
     if state == IN_FLIGHT:
         # A redelivery: the worker that claimed it died, maybe mid-request.
-        rows = load_rows(raw) if raw is not None else []
-        marked = await finish(redis, keys, index, interrupted_records(rows), only_if_in_flight=True)
-        log.warning("chunk %s of job %s was interrupted: recorded maybe_sent", index, job)
+        if raw is None:
+            # Its rows (and so its lines) are gone: nothing can be recorded. It stays in
+            # flight, so the report says the job is not finished; running the producer
+            # again stores the rows again, and a later delivery records them.
+            log.error(
+                "chunk %s of job %s was interrupted and its rows are gone from Redis "
+                "(evicted or expired): run the producer again to record its lines",
+                index,
+                job,
+            )
+            return "rows lost"
+        records = interrupted_records(load_rows(raw))
+        marked = await finish(redis, keys, index, records, only_if_in_flight=True)
+        if marked:
+            log.warning("chunk %s of job %s was interrupted: recorded maybe_sent", index, job)
         return "interrupted" if marked else "already done"
     if state != PENDING or raw is None:
         log.error("chunk %s of job %s is unknown (expired?): skipped", index, job)
         return "unknown"
     rows = load_rows(raw)
     try:
-        result = await _send(ctx, keys, rows)
+        records, sent = await _send(ctx, keys, rows)
     except BaseException:
         # Cancelled (SIGTERM, arq's job_timeout) or a bug: a request may be out.
         await asyncio.shield(finish(redis, keys, index, interrupted_records(rows)))
         raise
-    records = malformed_records(rows) + result_records(rows, result)
-    await finish(redis, keys, index, records)
-    return f"sent {len(result.valid)} of {len(rows)}"
+    await finish(redis, keys, index, malformed_records(rows) + records)
+    return f"sent {sent} of {len(rows)}"
 
 
-async def _send(ctx: dict[str, Any], keys: JobKeys, rows: list[Row]) -> DispatchResult:
-    session: DispatchSession = ctx["dispatch_session"]
+async def _send(ctx: dict[str, Any], keys: JobKeys, rows: list[Row]) -> tuple[list[bytes], int]:
+    """Send the chunk's sendable rows; their records, and how many were sent."""
+    session: da.DispatchSession = ctx["dispatch_session"]
     meta = await ctx["redis"].hmget(keys.meta, ["target", "account"])
     target = Target(**orjson.loads(meta[0]))
     account = meta[1].decode() or None if meta[1] else None
-    messages = [r.message for r in rows if r.message is not None]
-    if not messages:
-        return DispatchResult(range(0))
-    send = collected(target.stream)  # the send_* twin, with the partial result on errors
-    try:
-        return await send(session, messages, account=account, deadline=ctx["dispatch_deadline"])
-    except DispatchError as error:
-        # An abort (bad credentials): the partial result accounts for every recipient.
-        if error.result is not None:
-            return error.result
-        raise
-
-
-def result_records(rows: list[Row], result: DispatchResult) -> list[bytes]:
-    """One record per sendable row, matching the SDK's answers to rows by number."""
-    by_number: dict[str, deque[Row]] = {}
-    for row in rows:
-        if row.message is not None and row.number is not None:
-            by_number.setdefault(row.number, deque()).append(row)
-
-    def take(number: str) -> Row | None:
-        queue = by_number.get(number)
-        return queue.popleft() if queue else None
-
+    sendable = [r for r in rows if r.message is not None]
     records: list[bytes] = []
-    for valid in result.valid:
-        if (sent := take(valid.number)) is not None:
-            records.append(sent_record(sent.line, valid.number, valid.id))
-    for invalid in result.invalid:
-        if (refused := take(invalid.number)) is not None:
-            records.append(invalid_record(refused.line, invalid.number, invalid.reason))
-    for failure in result.failed:
-        number = failure.recipient.number
-        if (failed := take(number)) is not None:
+    covered = bytearray(len(sendable))
+    sent = 0
+    stop: da.DispatchError | None = None
+    stream = target.stream(
+        session, [r.message for r in sendable], account=account, deadline=ctx["dispatch_deadline"]
+    )
+    try:
+        async with contextlib.aclosing(stream) as parts:
+            async for part in parts:
+                span = part.positions
+                part_rows, counts = part_records(sendable[span.start : span.stop], part)
+                records += part_rows
+                sent += counts["sent"]
+                covered[span.start : span.stop] = b"\x01" * len(span)
+    except da.DispatchError as error:
+        # It stopped the job (bad credentials, no token): the SDK accounted for every
+        # row it read; one it never read was never sent.
+        stop = error
+    for row, done in zip(sendable, covered, strict=True):
+        if not done:
+            why = f"the job stopped before this was sent: {stop}"
             records.append(
                 failed_record(
-                    failed.line,
-                    number,
-                    maybe_sent=failure.maybe_sent,
-                    error=str(failure.error),
-                    error_type=type(failure.error).__name__,
+                    row.line, row.number, maybe_sent=False, error=why, error_type="Stopped"
                 )
             )
-    # The SDK accounts for every recipient; anything left is a bug, recorded safely.
-    leftovers = [row for queue in by_number.values() for row in queue]
-    records += interrupted_records(leftovers)
-    return records
+    return records, sent
+
+
+async def run_queue_worker(config: WorkerConfig, *, verbose: int) -> int:
+    """Run one worker process until a signal (or, with burst, an empty queue)."""
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    try:
+        return await run_worker(config)
+    except redis_errors() as exc:
+        raise unreachable(config.queue_url, exc) from None

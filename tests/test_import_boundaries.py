@@ -1,0 +1,90 @@
+"""Which modules may import which: the SDK never imports the command line, and the
+command line uses only the SDK's public names. Every module imports on its own."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dispatch_async
+
+PACKAGE = Path(dispatch_async.__file__).resolve().parent
+ROOT = PACKAGE.parent
+MODULES = sorted(
+    ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for path in PACKAGE.rglob("*.py")
+)
+
+
+def imported_by(path: Path) -> set[str]:
+    """Absolute names of every module *path* imports (relative imports resolved)."""
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            names.add(source)
+            names.update(f"{source}.{alias.name}" for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_module_imports_on_its_own(module: str) -> None:
+    done = subprocess.run(  # noqa: S603 - our own interpreter, a fixed statement
+        [sys.executable, "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_nothing_outside_the_command_line_imports_it() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        if "_cli" in path.relative_to(PACKAGE).parts:
+            continue
+        crossing = {name for name in imported_by(path) if name.startswith("dispatch_async._cli")}
+        assert not crossing, f"{path.relative_to(ROOT)} imports {crossing}"
+
+
+def test_the_command_line_uses_only_public_names_of_the_sdk() -> None:
+    public = {"dispatch_async", "dispatch_async.testing"}
+    for path in (PACKAGE / "_cli").rglob("*.py"):
+        for name in imported_by(path):
+            if not name.startswith("dispatch_async") or name.startswith("dispatch_async._cli"):
+                continue
+            module, _, member = name.rpartition(".")
+            if name in public:
+                continue
+            assert module in public, f"{path.name} imports {name}"
+            exported = importlib.import_module(module).__all__
+            assert member in exported, f"{path.name} imports the private {name}"
+
+
+def test_without_click_the_command_says_what_to_install(tmp_path: Path) -> None:
+    # A site directory where "click" cannot be imported, put first on the path.
+    (tmp_path / "click.py").write_text("raise ImportError('no click here', name='click')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "dispatch_async._cli", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
+        check=False,
+    )
+    assert done.returncode == 2
+    assert 'pip install "dispatch-async[cli]"' in done.stderr
+    assert "Traceback" not in done.stderr
