@@ -36,8 +36,10 @@ from ._models import (
     FailedRecipient,
     Fallback,
     InvalidMessage,
+    InvalidMessages,
     Recipient,
     ValidMessage,
+    ValidMessages,
 )
 from ._plan import PlannedChunk, plan
 from ._redis import DEFAULT_KEY_PREFIX
@@ -70,6 +72,7 @@ __all__ = [
     "Fallback",
     "InputError",
     "InvalidMessage",
+    "InvalidMessages",
     "InvalidRecipientError",
     "MalformedResponseError",
     "MissingFromResponseError",
@@ -90,6 +93,7 @@ __all__ = [
     "TransportError",
     "UnauthorizedError",
     "ValidMessage",
+    "ValidMessages",
     "__version__",
     "plan",
     "to_e164",

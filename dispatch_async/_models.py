@@ -19,8 +19,10 @@ __all__ = [
     "FailedRecipient",
     "Fallback",
     "InvalidMessage",
+    "InvalidMessages",
     "Recipient",
     "ValidMessage",
+    "ValidMessages",
     "merge_results",
 ]
 
@@ -115,7 +117,7 @@ class _Pairs(Sequence[_T], Generic[_T]):
     def __getitem__(self, index: slice) -> Sequence[_T]: ...
     def __getitem__(self, index: int | slice) -> _T | Sequence[_T]:
         if isinstance(index, slice):
-            return _Pairs(self._make, self._first[index], self._second[index])
+            return type(self)(self._make, self._first[index], self._second[index])
         return self._make(self._first[index], self._second[index])  # type: ignore[call-arg]
 
     def __iter__(self) -> Iterator[_T]:
@@ -140,14 +142,46 @@ class _Pairs(Sequence[_T], Generic[_T]):
         return f"[{shown}{more}]"
 
 
-def valid_messages(ids: Sequence[str], numbers: Sequence[str]) -> Sequence[ValidMessage]:
+class ValidMessages(_Pairs[ValidMessage]):
+    """``result.valid``: a sequence of ``ValidMessage``, and its two columns.
+
+    ``ids`` and ``numbers`` read a chunk's outcomes without building an object per
+    recipient (a bulk job's records, say); ``ids[i]`` goes with ``numbers[i]``.
+    """
+
+    __slots__ = ()
+
+    @property
+    def ids(self) -> Sequence[str]:
+        return self._first
+
+    @property
+    def numbers(self) -> Sequence[str]:
+        return self._second
+
+
+class InvalidMessages(_Pairs[InvalidMessage]):
+    """``result.invalid``: a sequence of ``InvalidMessage``, and its two columns."""
+
+    __slots__ = ()
+
+    @property
+    def numbers(self) -> Sequence[str]:
+        return self._first
+
+    @property
+    def reasons(self) -> Sequence[str]:
+        return self._second
+
+
+def valid_messages(ids: Sequence[str], numbers: Sequence[str]) -> ValidMessages:
     """Accepted recipients as a sequence, from parallel id and number sequences."""
-    return _Pairs(ValidMessage, ids, numbers)
+    return ValidMessages(ValidMessage, ids, numbers)
 
 
-def invalid_messages(numbers: Sequence[str], reasons: Sequence[str]) -> Sequence[InvalidMessage]:
+def invalid_messages(numbers: Sequence[str], reasons: Sequence[str]) -> InvalidMessages:
     """Rejected recipients as a sequence, from parallel number and reason sequences."""
-    return _Pairs(InvalidMessage, numbers, reasons)
+    return InvalidMessages(InvalidMessage, numbers, reasons)
 
 
 @attrs.frozen

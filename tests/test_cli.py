@@ -706,6 +706,36 @@ class TestResume:
         assert set(received) <= sent | maybe
         assert not has_journal(out)
 
+    async def test_after_a_kill_maybe_sent_is_at_most_the_chunks_whose_requests_started(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        total, chunk, concurrency = 40_000, 500, 4
+        source = write_csv(tmp_path / "c.csv", "number,name", [f"{n},Ana" for n in numbers(total)])
+        out = tmp_path / "r.jsonl"
+        args = ("send", "template", "--template-id", "t", "-i", source, "-o", out, "--quiet")
+        # Slow answers: the SDK reads chunks ahead of the requests it has started.
+        server.latency = 0.3
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND, *map(str, args), "--chunk-size", str(chunk),
+            "--concurrency", str(concurrency),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        await wait_for_records(out, 3 * chunk, process)
+        process.kill()
+        await process.wait()
+        received_before = set(server.stats.received)
+
+        server.latency = 0
+        resumed = await dispatch_async(*args, "--resume", env=env, kill_after=60)
+        assert resumed.code == 1, resumed.stderr
+        found = by_line(out)
+        assert sorted(found) == list(range(2, total + 2))
+        maybe = {r["number"] for r in found.values() if r["outcome"] == "maybe_sent"}
+        assert 0 < len(maybe) <= concurrency * chunk
+        # Each maybe_sent row was in a request that had started: most reached the service.
+        assert len(maybe - received_before) <= concurrency * chunk
+        assert not server.stats.duplicates
+
 
 # -- demo and serve ----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 import orjson
 
@@ -71,6 +72,10 @@ def part_records(
     rows (with other vars), so repeats are matched in input order. A row the part does
     not mention (the SDK accounts for every one: this is a bug guard) is ``maybe_sent``.
     """
+    if not part.failed:
+        quick = _column_records(rows, part.valid, part.invalid)
+        if quick is not None:
+            return quick
     take = _Taker(rows)
     records: list[bytes] = []
     append = records.append
@@ -106,6 +111,36 @@ def part_records(
         )
     counts["maybe_sent"] += len(left)
     return records, counts
+
+
+def _column_records(
+    rows: Sequence[Row], valid: object, invalid: object
+) -> tuple[list[bytes], Counter[str]] | None:
+    """The records of a part answered whole, its numbers each on one row; else None.
+
+    Straight from the result's columns: no outcome object and no Python loop per row.
+    """
+    if not isinstance(valid, da.ValidMessages) or not isinstance(invalid, da.InvalidMessages):
+        return None
+    line_of = dict(zip(map(_NUMBER, rows), map(_LINE, rows), strict=True))
+    if len(line_of) != len(rows) or len(valid) + len(invalid) != len(rows):
+        return None
+    try:
+        sent_lines = list(map(line_of.pop, valid.numbers))
+        invalid_lines = list(map(line_of.pop, invalid.numbers))
+    except KeyError:
+        return None
+    numbers = map(_dumps, valid.numbers)
+    ids = map(_dumps, valid.ids)
+    records = list(map(_SENT.__mod__, zip(sent_lines, numbers, ids, strict=True)))
+    numbers = map(_dumps, invalid.numbers)
+    reasons = map(_dumps, invalid.reasons)
+    records += map(_INVALID.__mod__, zip(invalid_lines, numbers, reasons, strict=True))
+    return records, Counter(sent=len(sent_lines), invalid=len(invalid_lines))
+
+
+_NUMBER = attrgetter("number")
+_LINE = attrgetter("line")
 
 
 class _Taker:

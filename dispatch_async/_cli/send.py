@@ -89,12 +89,13 @@ class SendJob:
                 batch = await asyncio.to_thread(source.read, size)
                 self._settle(batch)
                 self._exhausted = batch.end
-                for index, row in enumerate(batch.rows):
-                    if self._stopping:
-                        self._unfed = batch.rows[index:]
-                        raise _Stopped(self._stopping)
-                    fed[position] = row
-                    position += 1
+                rows = batch.rows
+                if self._stopping:  # a signal can only have come during the read
+                    self._unfed = rows
+                    raise _Stopped(self._stopping)
+                fed.update(zip(range(position, position + len(rows)), rows, strict=True))
+                position += len(rows)
+                for row in rows:
                     yield row.message  # type: ignore[misc]
         except _Stopped:
             raise
@@ -103,8 +104,12 @@ class SendJob:
             raise
 
     async def before_send(self, positions: range) -> None:
-        """The SDK is about to send these positions: journal their lines first (fsynced)."""
-        self._files.cover(self._fed[positions.start].line, self._fed[positions[-1]].line)
+        """The SDK is about to send these positions: journal their lines first (fsynced).
+
+        The fsync runs in a thread: requests already in flight are answered meanwhile.
+        """
+        first, last = self._fed[positions.start].line, self._fed[positions[-1]].line
+        await asyncio.to_thread(self._files.cover, first, last)
         self._announced[positions.start] = positions
 
     def _settle(self, batch: Reading) -> None:

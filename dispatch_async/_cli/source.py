@@ -48,6 +48,8 @@ class Source:
         """Up to *size* rows to send; also stops after many settled lines, to stay small."""
         batch = Reading()
         recorded = self._recorded
+        if not recorded.status and recorded.seen is None:
+            return self._read_fresh(size, batch)
         seen = recorded.seen
         key = recorded.canonical
         send = batch.rows
@@ -91,4 +93,27 @@ class Source:
             if len(settled) >= limit or batch.skipped >= limit:
                 return batch
         batch.end = True
+        return batch
+
+    def _read_fresh(self, size: int, batch: Reading) -> Reading:
+        """``read`` for a job with nothing recorded yet: only malformed rows are settled."""
+        send = batch.rows
+        append = send.append
+        settled = batch.records
+        limit = max(size, 1000) * 4
+        line = self.last_line
+        for row in self._rows:
+            line = row.line
+            if row.message is not None:
+                append(row)
+                if len(send) == size:
+                    break
+            else:
+                settled.append(invalid_record(line, row.number, MALFORMED, row.problem))
+                batch.malformed.append(row)
+                if len(settled) >= limit:
+                    break
+        else:
+            batch.end = True
+        self.last_line = line
         return batch
