@@ -1,0 +1,206 @@
+"""A queued job through a worker's SIGTERM and through Redis stopping and starting again:
+no line recorded twice, no number received twice, every line recorded in the end."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatch_async._cli.queue import JobKeys, connect, enqueue
+from dispatch_async._cli.report import report
+from dispatch_async._cli.spec import InputSpec, Target
+from dispatch_async.testing import FakeDispatchServer
+from tests.fleet.conftest import _answers_ping, free_port
+from tests.fleet.test_queue import (
+    CHUNK,
+    JOB_TIMEOUT,
+    LINES,
+    SECRET,
+    read_report,
+    start_worker,
+    until,
+    write_input,
+)
+
+
+def assert_every_line_once_and_nothing_received_twice(
+    output: Path, server: FakeDispatchServer
+) -> list[dict[str, Any]]:
+    records = read_report(output)
+    assert [r["line"] for r in records] == list(range(2, LINES + 2))
+    assert not server.stats.duplicates
+    sent = {r["number"] for r in records if r["outcome"] == "sent"}
+    maybe = {r["number"] for r in records if r["outcome"] == "maybe_sent"}
+    assert sent <= set(server.stats.received)
+    assert set(server.stats.received) <= sent | maybe | {"12"}
+    return records
+
+
+async def test_a_worker_stopped_by_sigterm_mid_chunk_records_it_maybe_sent_once(
+    redis_server: str, prefix: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.csv"
+    write_input(source)
+    redis = await connect(redis_server)
+    try:
+        async with FakeDispatchServer(client_secret=SECRET, latency=1.0) as server:
+            await enqueue(
+                redis,
+                job="term",
+                target=Target("basic", text="hi"),
+                account=None,
+                input_spec=InputSpec(str(source)),
+                chunk_size=CHUNK,
+                key_prefix=prefix,
+            )
+            keys = JobKeys(prefix, "term")
+            worker = await start_worker(server, redis_server, prefix)
+
+            async def a_request_in_flight() -> bool:
+                return server.in_flight > 0 and b"in_flight" in await redis.hvals(keys.state)
+
+            await until(a_request_in_flight, 20, "a chunk in flight")
+            worker.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(worker.communicate(), 20)
+            assert "Traceback" not in err.decode(), err.decode()[-2000:]
+            states = Counter(await redis.hvals(keys.state))
+            assert states[b"in_flight"] == 0, "a chunk stopped mid-send is recorded"
+            assert states[b"done"] >= 1
+
+            server.latency = 0
+            # What SIGTERM cut short is maybe_sent; the rest is sent by the next worker.
+            await enqueue(
+                redis,
+                job="term",
+                target=Target("basic", text="hi"),
+                account=None,
+                input_spec=InputSpec(str(source)),
+                chunk_size=CHUNK,
+                key_prefix=prefix,
+            )
+            second = await start_worker(server, redis_server, prefix)
+            await asyncio.wait_for(second.communicate(), JOB_TIMEOUT + 30)
+            output = tmp_path / "report.jsonl"
+            summary = await report(redis, job="term", output=output, key_prefix=prefix)
+            records = assert_every_line_once_and_nothing_received_twice(output, server)
+    finally:
+        await redis.aclose()
+    assert summary.complete
+    interrupted = [r for r in records if r.get("error_type") == "Interrupted"]
+    assert interrupted, "the chunk SIGTERM interrupted is maybe_sent, not sent again"
+    assert all(r["outcome"] == "maybe_sent" for r in interrupted)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[str, Any, Any]]:
+    """A redis-server of this test's own, with an append-only file so that it can be
+    stopped and started again with its data: (url, start, stop)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not on PATH")
+    port = free_port()
+    data = tmp_path / "redis"
+    data.mkdir()
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        process = subprocess.Popen(  # noqa: S603 - redis-server from PATH, fixed arguments
+            [
+                *(binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data)),
+                *("--appendonly", "yes", "--appendfsync", "always", "--save", ""),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        processes.append(process)
+        for _ in range(500):
+            if _answers_ping(port):
+                return
+            assert process.poll() is None, "redis-server did not start"
+            time.sleep(0.02)  # between two pings of a process starting up
+        pytest.fail("redis-server did not answer")
+
+    def stop() -> None:
+        process = processes[-1]
+        process.terminate()
+        process.wait(timeout=10)
+
+    start()
+    try:
+        yield f"redis://127.0.0.1:{port}/0", start, stop
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+async def test_redis_stopping_mid_job_then_starting_again_loses_and_doubles_nothing(
+    own_redis: tuple[str, Any, Any], prefix: str, tmp_path: Path
+) -> None:
+    url, start, stop = own_redis
+    source = tmp_path / "in.csv"
+    write_input(source)
+    keys = JobKeys(prefix, "outage")
+
+    async def produce() -> None:
+        redis = await connect(url)
+        try:
+            await enqueue(
+                redis,
+                job="outage",
+                target=Target("basic", text="hi"),
+                account=None,
+                input_spec=InputSpec(str(source)),
+                chunk_size=CHUNK,
+                key_prefix=prefix,
+            )
+        finally:
+            await redis.aclose()
+
+    async with FakeDispatchServer(client_secret=SECRET, latency=0.3) as server:
+        await produce()
+        worker = await start_worker(server, url, prefix)
+        redis = await connect(url)
+        try:
+
+            async def some_chunks_done() -> bool:
+                return (await redis.hvals(keys.state)).count(b"done") >= 2
+
+            await until(some_chunks_done, 20, "two chunks done")
+        finally:
+            await redis.aclose()
+        stop()  # Redis goes away mid-job...
+        try:
+            await asyncio.wait_for(worker.communicate(), 30)
+        except TimeoutError:
+            worker.kill()
+            await worker.wait()
+        start()  # ...and comes back with what it had.
+        server.latency = 0
+        await produce()
+        # A chunk claimed before the outage is handed over once arq's in-progress key
+        # expires: the next worker records it maybe_sent instead of sending it again.
+        for _ in range(3):
+            again = await start_worker(server, url, prefix)
+            await asyncio.wait_for(again.communicate(), JOB_TIMEOUT + 30)
+            redis = await connect(url)
+            try:
+                summary = await report(
+                    redis, job="outage", output=tmp_path / "report.jsonl", key_prefix=prefix
+                )
+            finally:
+                await redis.aclose()
+            if summary.complete:
+                break
+    assert summary.complete, summary
+    assert_every_line_once_and_nothing_received_twice(tmp_path / "report.jsonl", server)
