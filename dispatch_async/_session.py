@@ -8,13 +8,14 @@ import os
 import platform
 import time
 import warnings
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import attrs
 
+from . import _instrument
 from ._auth import Secret, Token, TokenKeeper
 from ._batch import BatchSettings, Flight, Job, collected
 from ._exceptions import (
@@ -36,6 +37,7 @@ from ._token_store import TokenStore
 from ._transport import Transport, check_base_url, has_control_characters
 from ._version import __version__
 from ._wire import Envelope, decode_json, encode_dispatch, parse_token_answer
+from .instrumentation import Hook
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -73,6 +75,7 @@ class DispatchSession:
     ``requests_per_second``, which stays per process). The session closes both.
     The batcher settings (``chunk_size``, ``max_concurrency``, ``dedupe``,
     ``prevalidate``, ``region``, ``deadline``, ``on_progress``) can be overridden per call.
+    ``hooks`` (see `dispatch_async.instrumentation`) replace the global hooks for this session.
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class DispatchSession:
         user_agent: str | None = None,
         token_store: TokenStore | None = None,
         rate_limiter: Limiter | None = None,
+        hooks: Iterable[Hook] | None = None,
         **batch: Unpack[BatchOptions],
     ) -> None:
         if not isinstance(client_secret, str) or not client_secret:
@@ -108,7 +112,9 @@ class DispatchSession:
         self._transport = Transport(
             self.base_url, timeout=_timeout(timeout), user_agent=agent, http_session=http_session
         )
-        self._tokens = TokenKeeper(self._fetch_token, store=token_store)
+        self._hooks = None if hooks is None else tuple(hooks)
+        self._fetched: Token | None = None
+        self._tokens = TokenKeeper(self._fetch_token, store=token_store, on_token=self._kept)
         self._state = _State.UNOPENED
 
     @classmethod
@@ -207,7 +213,7 @@ class DispatchSession:
             callback=callback,
             webhook=webhook,
         )
-        return self._job(TEMPLATE, fields, recipients, options).parts()
+        return self._job(TEMPLATE, fields, recipients, options)
 
     def stream_basic(
         self,
@@ -229,7 +235,7 @@ class DispatchSession:
             fallback=fallback,
             callback=callback,
         )
-        return self._job(BASIC, fields, recipients, options).parts()
+        return self._job(BASIC, fields, recipients, options)
 
     def stream_single(
         self,
@@ -251,7 +257,7 @@ class DispatchSession:
             fallback=fallback,
             callback=callback,
         )
-        return self._job(SINGLE, fields, recipients, options).parts()
+        return self._job(SINGLE, fields, recipients, options)
 
     def stream_webhook(
         self,
@@ -277,7 +283,7 @@ class DispatchSession:
             fallback=fallback,
             callback=callback,
         )
-        return self._job(WEBHOOK, fields, recipients, options).parts()
+        return self._job(WEBHOOK, fields, recipients, options)
 
     # Each send_* takes exactly what its stream_* takes, and merges the parts into one result.
     send_template = collected(stream_template)
@@ -299,18 +305,26 @@ class DispatchSession:
         fields: Envelope,
         recipients: Recipients,
         options: BatchOptions,
-    ) -> Job:
+    ) -> AsyncGenerator[DispatchResult, None]:
         if self._state is not _State.OPEN:
             self._open()
         settings = attrs.evolve(self.settings, **options) if options else self.settings
 
-        async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
-            return await self._send_chunk(endpoint, fields, chunk, flight)
+        report = _instrument.start_call(self._hooks, endpoint.path)
 
-        return Job(recipients, settings, send)
+        async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
+            return await self._send_chunk(endpoint, fields, chunk, flight, report)
+
+        job = Job(recipients, settings, send)
+        return job.parts() if report is None else report.observe(job.parts(), job.total)
 
     async def _send_chunk(
-        self, endpoint: Endpoint, fields: Envelope, chunk: Chunk, flight: Flight
+        self,
+        endpoint: Endpoint,
+        fields: Envelope,
+        chunk: Chunk,
+        flight: Flight,
+        report: _instrument.CallReport | None = None,
     ) -> DispatchResult:
         if not chunk.messages:  # everything was refused locally: nothing to send
             return answered(chunk, {"validMessages": [], "invalidMessages": []}, requests=0)
@@ -318,28 +332,24 @@ class DispatchSession:
 
         def count_retry(error: BaseException, wait: float) -> None:
             flight.retries += 1
+            if report is not None:
+                report.retry(chunk.start, flight.retries, error, wait)
+
+        def attempt() -> Awaitable[Any]:
+            sending = self._call("POST", endpoint.path, body, flight)
+            if report is None:
+                return sending
+            return report.attempt(
+                chunk.start, len(chunk.messages), flight.retries + 1, lambda: sending
+            )
 
         try:
-            data = await retrying(
-                self.retry,
-                lambda: self._call("POST", endpoint.path, body, flight),
-                on_retry=count_retry,
-            )
+            data = await retrying(self.retry, attempt, on_retry=count_retry)
         except AuthenticationError:
             raise
-        except DispatchError as error:
-            log.warning(
-                "chunk at position %d (%d recipients) failed, maybe_sent=%s: %s",
-                chunk.start,
-                len(chunk.messages),
-                error.maybe_sent,
-                error,
-            )
+        except DispatchError as error:  # reported to the hooks (logging by default)
             return failed(chunk, error, requests=flight.requests, retries=flight.retries)
-        result = answered(chunk, data, requests=flight.requests, retries=flight.retries)
-        if log.isEnabledFor(logging.DEBUG):  # summary() is not free, and this runs per chunk
-            log.debug("chunk at position %d: %s", chunk.start, result.summary())
-        return result
+        return answered(chunk, data, requests=flight.requests, retries=flight.retries)
 
     async def _call(self, method: str, path: str, body: bytes | None, flight: Flight) -> Any:
         """One request to /api/v3, re-sent once with a fresh token after a 401."""
@@ -358,6 +368,8 @@ class DispatchSession:
             }
             if body is not None:
                 headers["Content-Type"] = "application/json"
+            if (propagated := _instrument.PROPAGATE.get()) is not None:
+                headers = {**propagated, **headers}  # never overrides ours
             flight.in_request = True
             flight.requests += 1
             try:
@@ -380,6 +392,7 @@ class DispatchSession:
             pause = self.retry.pause_for(error)
             if pause:
                 self._throttle.pause(pause)
+                _instrument.paused(self._hooks, answer.status, pause)
             raise error
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -398,7 +411,8 @@ class DispatchSession:
                     raise AuthenticationError(
                         "the access token has control characters; refusing it"
                     )
-                return Token.issued(issued.access_token, started, issued.expires_in)
+                self._fetched = Token.issued(issued.access_token, started, issued.expires_in)
+                return self._fetched
             if answer.status in (401, 403):
                 raise AuthenticationError(
                     f"the service rejected the client secret (HTTP {answer.status})"
@@ -423,6 +437,10 @@ class DispatchSession:
         except DispatchError as error:
             # Every request needs a token: without one the job cannot go on.
             raise AuthenticationError(f"could not get an access token: {error}") from error
+
+    def _kept(self, token: Token, duration: float) -> None:
+        source = "fetched" if token is self._fetched else "adopted"
+        _instrument.token_obtained(self._hooks, source, duration, token.lifetime)
 
 
 def _token_retryable(error: BaseException) -> bool:
