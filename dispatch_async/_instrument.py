@@ -28,14 +28,58 @@ from .instrumentation._events import (
 )
 from .instrumentation._hooks import emit, get_hooks
 
-__all__ = ["PROPAGATE", "CallReport", "active", "paused", "start_call", "token_obtained"]
+__all__ = ["CURRENT", "CallReport", "active", "paused", "start_call", "token_obtained"]
 
 T = TypeVar("T")
 
+_REFUSED = DispatchError("the service refused the access token; re-sending with a new one")
+
 _ids = itertools.count(1)
 
-#: Headers a hook asked to send on the current attempt's request (trace context).
-PROPAGATE: ContextVar[dict[str, str] | None] = ContextVar("dispatch_propagate", default=None)
+#: The chunk attempt under way in this task, if anything listens.
+CURRENT: ContextVar[_Attempt | None] = ContextVar("dispatch_attempt", default=None)
+
+
+class _Attempt:
+    """One attempt at a chunk: usually one request, two when a refused token is renewed."""
+
+    __slots__ = ("report", "sent", "started")
+
+    def __init__(self, report: CallReport, start: int, size: int, attempt: int) -> None:
+        self.report = report
+        self.sent = ChunkSent(report.call_id, report.endpoint, start, size, attempt)
+        emit(report.hooks, self.sent)
+        self.started = time.monotonic()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What hooks asked to send on this request (trace context)."""
+        return self.sent.headers
+
+    def answered(self, status: int | None, failure: DispatchError | None) -> None:
+        sent = self.sent
+        emit(
+            self.report.hooks,
+            ChunkAnswered(
+                sent.call_id,
+                sent.endpoint,
+                sent.start,
+                sent.size,
+                sent.attempt,
+                status,
+                time.monotonic() - self.started,
+                maybe_sent=failure.maybe_sent if failure is not None else status == 200,
+                error=None if failure is None else str(failure),
+            ),
+        )
+
+    def token_refused(self) -> None:
+        """The service answered 401: report it, and the resend that follows."""
+        sent = self.sent
+        self.answered(401, _REFUSED)
+        self.sent = ChunkSent(sent.call_id, sent.endpoint, sent.start, sent.size, sent.attempt)
+        emit(self.report.hooks, self.sent)
+        self.started = time.monotonic()
 
 
 def active(hooks: tuple[Hook, ...] | None) -> tuple[Hook, ...]:
@@ -86,13 +130,11 @@ class CallReport:
     async def attempt(
         self, start: int, size: int, attempt: int, send: Callable[[], Awaitable[T]]
     ) -> T:
-        """Run one attempt at a chunk, reporting it sent and answered."""
-        sent = ChunkSent(self.call_id, self.endpoint, start, size, attempt)
-        emit(self.hooks, sent)
-        token = PROPAGATE.set(sent.headers or None)
-        started = time.monotonic()
-        status: int | None = 200
+        """Run one attempt at a chunk, reporting each request sent and answered."""
+        live = _Attempt(self, start, size, attempt)
+        token = CURRENT.set(live)
         failure: DispatchError | None = None
+        status: int | None = 200
         try:
             return await send()
         except DispatchError as error:
@@ -103,21 +145,8 @@ class CallReport:
             status = None
             raise
         finally:
-            PROPAGATE.reset(token)
-            emit(
-                self.hooks,
-                ChunkAnswered(
-                    self.call_id,
-                    self.endpoint,
-                    start,
-                    size,
-                    attempt,
-                    status,
-                    time.monotonic() - started,
-                    maybe_sent=failure.maybe_sent if failure is not None else status == 200,
-                    error=None if failure is None and status == 200 else str(failure),
-                ),
-            )
+            CURRENT.reset(token)
+            live.answered(status, failure)
 
     def retry(self, start: int, attempt: int, error: BaseException, wait: float) -> None:
         """Report that *attempt* at the chunk at *start* failed and will be tried again."""

@@ -368,8 +368,8 @@ class DispatchSession:
             }
             if body is not None:
                 headers["Content-Type"] = "application/json"
-            if (propagated := _instrument.PROPAGATE.get()) is not None:
-                headers = {**propagated, **headers}  # never overrides ours
+            if (observed := _instrument.CURRENT.get()) is not None:
+                headers = {**observed.headers, **headers}  # a hook never overrides ours
             flight.in_request = True
             flight.requests += 1
             try:
@@ -381,6 +381,8 @@ class DispatchSession:
             if answer.status == 401 and not refreshed:
                 # A 401 means the service did not act: drop the token, re-send once.
                 self._tokens.invalidate(token)
+                if observed is not None:
+                    observed.token_refused()
                 continue
             error = status_error(
                 answer.status,
