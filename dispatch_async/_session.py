@@ -8,7 +8,7 @@ import os
 import platform
 import time
 import warnings
-from collections.abc import AsyncGenerator, Awaitable, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -113,8 +113,10 @@ class DispatchSession:
             self.base_url, timeout=_timeout(timeout), user_agent=agent, http_session=http_session
         )
         self._hooks = None if hooks is None else tuple(hooks)
-        self._fetched: Token | None = None
-        self._tokens = TokenKeeper(self._fetch_token, store=token_store, on_token=self._kept)
+        watch = _instrument.TokenWatch(self._hooks)
+        self._tokens = TokenKeeper(
+            watch.fetching(self._fetch_token), store=token_store, on_token=watch.kept
+        )
         self._state = _State.UNOPENED
 
     @classmethod
@@ -313,18 +315,13 @@ class DispatchSession:
         report = _instrument.start_call(self._hooks, endpoint.path)
 
         async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
-            return await self._send_chunk(endpoint, fields, chunk, flight, report)
+            return await self._send_chunk(endpoint, fields, chunk, flight)
 
-        job = Job(recipients, settings, send)
+        job = Job(recipients, settings, send if report is None else report.chunks(send))
         return job.parts() if report is None else report.observe(job.parts(), job.total)
 
     async def _send_chunk(
-        self,
-        endpoint: Endpoint,
-        fields: Envelope,
-        chunk: Chunk,
-        flight: Flight,
-        report: _instrument.CallReport | None = None,
+        self, endpoint: Endpoint, fields: Envelope, chunk: Chunk, flight: Flight
     ) -> DispatchResult:
         if not chunk.messages:  # everything was refused locally: nothing to send
             return answered(chunk, {"validMessages": [], "invalidMessages": []}, requests=0)
@@ -332,19 +329,14 @@ class DispatchSession:
 
         def count_retry(error: BaseException, wait: float) -> None:
             flight.retries += 1
-            if report is not None:
-                report.retry(chunk.start, flight.retries, error, wait)
-
-        def attempt() -> Awaitable[Any]:
-            sending = self._call("POST", endpoint.path, body, flight)
-            if report is None:
-                return sending
-            return report.attempt(
-                chunk.start, len(chunk.messages), flight.retries + 1, lambda: sending
-            )
+            _instrument.retried(error, wait, flight.retries)
 
         try:
-            data = await retrying(self.retry, attempt, on_retry=count_retry)
+            data = await retrying(
+                self.retry,
+                lambda: _instrument.attempt(self._call("POST", endpoint.path, body, flight)),
+                on_retry=count_retry,
+            )
         except AuthenticationError:
             raise
         except DispatchError as error:  # reported to the hooks (logging by default)
@@ -369,7 +361,7 @@ class DispatchSession:
             if body is not None:
                 headers["Content-Type"] = "application/json"
             if (observed := _instrument.CURRENT.get()) is not None:
-                headers = {**observed.headers, **headers}  # a hook never overrides ours
+                headers = observed.sending(headers)  # a hook never overrides ours
             flight.in_request = True
             flight.requests += 1
             try:
@@ -413,8 +405,7 @@ class DispatchSession:
                     raise AuthenticationError(
                         "the access token has control characters; refusing it"
                     )
-                self._fetched = Token.issued(issued.access_token, started, issued.expires_in)
-                return self._fetched
+                return Token.issued(issued.access_token, started, issued.expires_in)
             if answer.status in (401, 403):
                 raise AuthenticationError(
                     f"the service rejected the client secret (HTTP {answer.status})"
@@ -439,10 +430,6 @@ class DispatchSession:
         except DispatchError as error:
             # Every request needs a token: without one the job cannot go on.
             raise AuthenticationError(f"could not get an access token: {error}") from error
-
-    def _kept(self, token: Token, duration: float) -> None:
-        source = "fetched" if token is self._fetched else "adopted"
-        _instrument.token_obtained(self._hooks, source, duration, token.lifetime)
 
 
 def _token_retryable(error: BaseException) -> bool:
