@@ -113,6 +113,23 @@ async def test_events_account_for_every_request_the_simulator_answered(
     assert [s.call_id for s in started] == [first.call_id, second.call_id]
 
 
+async def test_a_request_that_got_no_answer_is_reported_without_a_status(
+    server: FakeDispatchServer,
+) -> None:
+    recorder = Recorder()
+    server.script(Fault.drop())
+    async with da.DispatchSession(
+        server.url, client_secret=SECRET, account="a", retry=POLICY, hooks=[recorder]
+    ) as session:
+        result = await session.send_template(numbers(3), **TEMPLATE)
+    [answered] = recorder.of(ins.ChunkAnswered)
+    assert answered.status is None
+    assert answered.error is not None
+    assert answered.maybe_sent == result.failed[0].maybe_sent
+    [finished] = recorder.of(ins.CallFinished)
+    assert finished.outcomes["maybe_sent"] + finished.outcomes["not_sent"] == 3
+
+
 async def test_global_hooks_apply_to_sessions_without_their_own(
     server: FakeDispatchServer,
 ) -> None:
@@ -203,7 +220,7 @@ async def test_opentelemetry_metrics_equal_what_the_simulator_counted(
 
     points = metric_points(reader)
     by_status = {
-        p.attributes["http.response.status_code"]: p.value for p in points["dispatch.requests"]
+        str(p.attributes["http.response.status_code"]): p.value for p in points["dispatch.requests"]
     }
     assert Counter(by_status) == api_statuses(server)
     by_outcome = {p.attributes["dispatch.outcome"]: p.value for p in points["dispatch.recipients"]}

@@ -114,8 +114,14 @@ class OpenTelemetryHook:
 
     def _chunk_answered(self, event: ChunkAnswered) -> None:
         span = self._attempts.pop((event.call_id, event.start, event.attempt), None)
-        status = "none" if event.status is None else str(event.status)
-        labels = {"dispatch.endpoint": event.endpoint, "http.response.status_code": status}
+        labels: dict[str, str | int] = {
+            "dispatch.endpoint": event.endpoint,
+            "http.request.method": "POST",
+        }
+        if event.status is None:
+            labels["error.type"] = "transport"
+        else:
+            labels["http.response.status_code"] = event.status
         self.requests.add(1, labels)
         self.duration.record(event.duration, labels)
         if span is None:
@@ -124,7 +130,7 @@ class OpenTelemetryHook:
         if event.status is not None:
             span.set_attribute("http.response.status_code", event.status)
         if event.error is not None:
-            span.set_attribute("error.type", status if event.status else "transport")
+            span.set_attribute("error.type", str(event.status or "transport"))
             span.set_status(Status(StatusCode.ERROR, event.error))
         span.end()
 
