@@ -302,3 +302,14 @@ def test_the_library_prints_nothing_unless_asked() -> None:
         check=True,
     )
     assert "something went wrong" in loud.stderr
+
+
+def test_a_missing_extra_is_a_configuration_error_with_the_install_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(da.ConfigurationError, match=r"dispatch-async\[prometheus\]"):
+        ins.PrometheusHook(CollectorRegistry())
+    monkeypatch.setattr("dispatch_async.instrumentation._otel._INSTALLED", False)
+    with pytest.raises(da.ConfigurationError, match=r"dispatch-async\[otel\]"):
+        ins.OpenTelemetryHook()
