@@ -449,7 +449,10 @@ def _outcome_of(result: da.DispatchResult) -> tuple[object, ...]:
 
 
 _ANSWER_TEXT = st.one_of(st.sampled_from(["", "+1", "+2", "+3", "1", "x"]), st.text(max_size=3))
-_ANSWER_VALUE = st.one_of(_ANSWER_TEXT, st.none(), st.integers(), st.lists(st.none(), max_size=1))
+# JSON integers as orjson writes them: 64-bit.
+_ANSWER_VALUE = st.one_of(
+    _ANSWER_TEXT, st.none(), st.integers(-(2**63), 2**64 - 1), st.lists(st.none(), max_size=1)
+)
 _ENTRY = st.one_of(
     st.dictionaries(st.sampled_from(["id", "number", "reason", "extra"]), _ANSWER_VALUE),
     _ANSWER_VALUE,
