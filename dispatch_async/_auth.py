@@ -195,8 +195,10 @@ class TokenKeeper:
         clock: Callable[[], float] = time.monotonic,
         store: TokenStore | None = None,
         wall_clock: Callable[[], float] = time.time,
+        on_token: Callable[[Token, float], None] | None = None,
     ) -> None:
         self._fetch = fetch
+        self._on_token = on_token  # hears of each token kept, and how long it took
         self._clock = clock
         self._store = store
         self._wall_clock = wall_clock
@@ -253,13 +255,15 @@ class TokenKeeper:
         return await asyncio.shield(self._fetching)
 
     async def _fetch_and_keep(self) -> Token:
+        started = self._clock()
         if self._store is None:
             token = await self._fetch()
         else:
             token = await self._obtain_shared(self._store)
         self._token = token
         self._changed.set()
-        log.debug("have an access token valid for %.0fs", token.lifetime)
+        if self._on_token is not None:
+            self._on_token(token, self._clock() - started)
         return token
 
     async def _obtain_shared(self, store: TokenStore) -> Token:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import attrs
 
+from . import _instrument
 from ._auth import Secret, TokenEndpoint, TokenKeeper
 from ._batch import STOPS_THE_JOB, Batcher, BatchSettings, Flight, collected
 from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, envelope
@@ -36,6 +37,7 @@ from ._token_store import TokenStore
 from ._transport import Transport, check_base_url, has_control_characters
 from ._version import __version__
 from ._wire import Envelope, UnencodableError, decode_answer, decode_json, encode_dispatch
+from .instrumentation import Hook
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -78,6 +80,7 @@ class DispatchSession:
     ``requests_per_second``, which stays per process). The session closes both.
     The batcher settings (``chunk_size``, ``max_concurrency``, ``dedupe``,
     ``prevalidate``, ``region``, ``deadline``, ``on_progress``) can be overridden per call.
+    ``hooks`` (see `dispatch_async.instrumentation`) replace the global hooks for this session.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class DispatchSession:
         user_agent: str | None = None,
         token_store: TokenStore | None = None,
         rate_limiter: Limiter | None = None,
+        hooks: Iterable[Hook] | None = None,
         **batch: Unpack[BatchOptions],
     ) -> None:
         if not isinstance(client_secret, str) or not client_secret:
@@ -113,8 +117,12 @@ class DispatchSession:
         self._transport = Transport(
             self.base_url, timeout=_timeout(timeout), user_agent=agent, http_session=http_session
         )
+        self._hooks = None if hooks is None else tuple(hooks)
+        watch = _instrument.TokenWatch(self._hooks)
         endpoint = TokenEndpoint(self._transport, self._secret, lambda: self.retry)
-        self._tokens = TokenKeeper(endpoint.fetch, store=token_store)
+        self._tokens = TokenKeeper(
+            watch.fetching(endpoint.fetch), store=token_store, on_token=watch.kept
+        )
         self._state = _State.UNOPENED
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -226,7 +234,7 @@ class DispatchSession:
             callback=callback,
             webhook=webhook,
         )
-        return self._job(TEMPLATE, fields, recipients, options).parts()
+        return self._job(TEMPLATE, fields, recipients, options)
 
     def stream_basic(
         self,
@@ -248,7 +256,7 @@ class DispatchSession:
             fallback=fallback,
             callback=callback,
         )
-        return self._job(BASIC, fields, recipients, options).parts()
+        return self._job(BASIC, fields, recipients, options)
 
     def stream_single(
         self,
@@ -270,7 +278,7 @@ class DispatchSession:
             fallback=fallback,
             callback=callback,
         )
-        return self._job(SINGLE, fields, recipients, options).parts()
+        return self._job(SINGLE, fields, recipients, options)
 
     def stream_webhook(
         self,
@@ -296,7 +304,7 @@ class DispatchSession:
             fallback=fallback,
             callback=callback,
         )
-        return self._job(WEBHOOK, fields, recipients, options).parts()
+        return self._job(WEBHOOK, fields, recipients, options)
 
     # Each send_* takes exactly what its stream_* takes, and merges the parts into one result.
     send_template = collected(stream_template)
@@ -318,14 +326,17 @@ class DispatchSession:
         fields: Envelope,
         recipients: Recipients,
         options: BatchOptions,
-    ) -> Batcher:
+    ) -> AsyncGenerator[DispatchResult, None]:
         self._open()
         settings = attrs.evolve(self.settings, **options) if options else self.settings
+
+        report = _instrument.start_call(self._hooks, endpoint.path)
 
         async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
             return await self._send_chunk(endpoint, fields, chunk, flight)
 
-        return Batcher(recipients, settings, send)
+        batcher = Batcher(recipients, settings, send if report is None else report.chunks(send))
+        return batcher.parts() if report is None else report.observe(batcher.parts(), batcher.total)
 
     async def _send_chunk(
         self, endpoint: Endpoint, fields: Envelope, chunk: Chunk, flight: Flight
@@ -344,28 +355,21 @@ class DispatchSession:
 
         def count_retry(error: BaseException, wait: float) -> None:
             flight.retries += 1
+            _instrument.retried(error, wait, flight.retries)
 
         try:
             data = await retrying(
                 self.retry,
-                lambda: self._call("POST", endpoint.path, body, flight, decode),
+                lambda: _instrument.attempt(
+                    self._call("POST", endpoint.path, body, flight, decode)
+                ),
                 on_retry=count_retry,
             )
         except STOPS_THE_JOB:
             raise
-        except DispatchError as error:
-            log.warning(
-                "chunk at position %d (%d recipients) failed, maybe_sent=%s: %s",
-                chunk.start,
-                len(chunk.messages),
-                error.maybe_sent,
-                error,
-            )
+        except DispatchError as error:  # reported to the hooks (logging by default)
             return result_from_error(chunk, error, requests=flight.requests, retries=flight.retries)
-        result = result_from_answer(chunk, data, requests=flight.requests, retries=flight.retries)
-        if log.isEnabledFor(logging.DEBUG):  # summary() is not free, and this runs per chunk
-            log.debug("chunk at position %d: %s", chunk.start, result.summary())
-        return result
+        return result_from_answer(chunk, data, requests=flight.requests, retries=flight.retries)
 
     async def _call(
         self,
@@ -396,6 +400,8 @@ class DispatchSession:
                     await announce()
                 except Exception as exc:
                     raise CallbackError("before_send raised; this chunk was not sent") from exc
+            if (observed := _instrument.CURRENT.get()) is not None:
+                headers = observed.sending(headers)  # a hook never overrides ours
             flight.in_request = True
             flight.requests += 1
             try:
@@ -407,6 +413,8 @@ class DispatchSession:
             if answer.status == 401 and not refreshed:
                 # A 401 means the service did not act: drop the token, re-send once.
                 self._tokens.invalidate(token)
+                if observed is not None:
+                    observed.token_refused()
                 continue
             error = status_error(
                 answer.status,
@@ -418,6 +426,7 @@ class DispatchSession:
             pause = self.retry.pause_for(error)
             if pause:
                 self._throttle.pause(pause)
+                _instrument.paused(self._hooks, answer.status, pause)
             raise error
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -45,3 +45,31 @@ def test_version_comes_from_the_package_metadata() -> None:
     from importlib.metadata import version
 
     assert dispatch_async.__version__ == version("dispatch-async")
+
+
+def test_instrumentation_package_exports_the_hook_protocol() -> None:
+    import dispatch_async.instrumentation as instrumentation
+
+    names = instrumentation.__all__
+    assert names == sorted(names)
+    assert set(names) == {
+        "CallFinished",
+        "CallStarted",
+        "ChunkAnswered",
+        "ChunkSent",
+        "Event",
+        "Hook",
+        "LoggingHook",
+        "OpenTelemetryHook",
+        "Paused",
+        "PrometheusHook",
+        "RetryScheduled",
+        "TokenObtained",
+        "get_hooks",
+        "set_hooks",
+    }
+    for name in names:
+        if name in ("Event",):  # a type alias
+            continue
+        module = getattr(instrumentation, name).__module__
+        assert module.startswith("dispatch_async.instrumentation._"), name

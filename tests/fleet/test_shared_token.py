@@ -218,3 +218,26 @@ async def test_the_refresh_lock_outlives_a_slow_token_fetch(
             await s.close()
     assert all(r.ok for r in results)
     assert server.stats.token_calls == 1
+
+
+async def test_hooks_hear_a_token_fetched_by_one_session_and_adopted_by_another(
+    server: FakeDispatchServer, redis_server: str, prefix: str
+) -> None:
+    from dispatch_async import instrumentation
+
+    heard: list[instrumentation.TokenObtained] = []
+
+    def hook(event: instrumentation.Event) -> None:
+        if isinstance(event, instrumentation.TokenObtained):
+            heard.append(event)
+
+    for start in (0, 1):
+        async with session_for(
+            server,
+            token_store=da.RedisTokenStore(redis_server, key_prefix=prefix),
+            hooks=[hook],
+        ) as session:
+            await session.send_basic(numbers(1, start=start), text="hi")
+    assert [event.source for event in heard] == ["fetched", "adopted"]
+    assert server.stats.token_calls == 1
+    assert heard[1].lifetime == pytest.approx(heard[0].lifetime, abs=1)

@@ -65,3 +65,23 @@ async def shared_http(http: aiohttp.ClientSession) -> None:
             print(partial)
         except da.DispatchError as error:
             print(error.maybe_sent)
+
+
+async def instrumented(registry: object) -> None:
+    from dispatch_async import instrumentation
+
+    def count_pauses(event: instrumentation.Event) -> None:
+        if isinstance(event, instrumentation.Paused):
+            print(event.status, event.seconds)
+
+    hooks: list[instrumentation.Hook] = [
+        count_pauses,
+        instrumentation.LoggingHook(),
+        instrumentation.OpenTelemetryHook(),
+        instrumentation.PrometheusHook(registry),
+    ]
+    instrumentation.set_hooks(hooks)
+    current: tuple[instrumentation.Hook, ...] = instrumentation.get_hooks()
+    async with da.DispatchSession("https://api.example.com", client_secret="s", hooks=current):
+        pass
+    instrumentation.set_hooks(None)

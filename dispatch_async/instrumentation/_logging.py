@@ -1,0 +1,73 @@
+"""The default hook: events as log records with structured ``extra=`` fields.
+
+The library logger has a NullHandler, so nothing prints unless the application
+configures logging; ``DISPATCH_LOG=info|debug`` adds a readable stderr handler
+without code (like the openai SDK's OPENAI_LOG).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import attrs
+
+from ._events import (
+    CallFinished,
+    ChunkAnswered,
+    Event,
+    Paused,
+    RetryScheduled,
+)
+
+__all__ = ["LoggingHook", "configure_library_logger"]
+
+_LOGGER = "dispatch_async"
+
+
+class LoggingHook:
+    """Log each event on ``dispatch_async.events``; failures at WARNING, the rest lower."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self._log = logger or logging.getLogger(f"{_LOGGER}.events")
+
+    def __repr__(self) -> str:
+        return f"LoggingHook({self._log.name!r})"
+
+    def __call__(self, event: Event) -> None:
+        level = _level(event)
+        if not self._log.isEnabledFor(level):
+            return
+        fields = attrs.asdict(event, filter=lambda a, _: a.name != "headers")
+        extra = {f"dispatch_{name}": value for name, value in fields.items()}
+        extra["dispatch_event"] = type(event).__name__
+        text = " ".join(f"{name}={value}" for name, value in fields.items())
+        self._log.log(level, "%s %s", type(event).__name__, text, extra=extra)
+
+
+def _level(event: Event) -> int:
+    if isinstance(event, ChunkAnswered) and event.error is not None:
+        return logging.WARNING if event.maybe_sent else logging.INFO
+    if isinstance(event, Paused | RetryScheduled | CallFinished):
+        return logging.INFO
+    return logging.DEBUG
+
+
+def configure_library_logger(environ: dict[str, str] | None = None) -> None:
+    """A NullHandler on the library logger, and a stderr handler if DISPATCH_LOG asks."""
+    logger = logging.getLogger(_LOGGER)
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+    wanted = (environ if environ is not None else os.environ).get("DISPATCH_LOG", "").lower()
+    level = {"info": logging.INFO, "debug": logging.DEBUG}.get(wanted)
+    if level is None or any(getattr(h, "_dispatch_log", False) for h in logger.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[%(asctime)s %(levelname)s %(name)s] %(message)s"))
+    handler._dispatch_log = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(level)
+
+
+configure_library_logger()

@@ -1,0 +1,315 @@
+"""Instrumentation: hooks see every call, attempt, retry, pause and token; never break a send."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+import dispatch_async as da
+from dispatch_async import instrumentation as ins
+from dispatch_async.testing import FakeDispatchServer, Fault
+
+from .conftest import SECRET, TEMPLATE, numbers
+
+# No waits between retries, but a real (tiny) Retry-After pause.
+POLICY = da.RetryPolicy(first_wait=0.0, max_wait=0.0)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[ins.Event] = []
+
+    def __call__(self, event: ins.Event) -> None:
+        self.events.append(event)
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+class HeaderSpy:
+    """Every /api/v3 request's headers, as aiohttp really sent them."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, str]] = []
+        self.config = aiohttp.TraceConfig()
+        self.config.on_request_start.append(self._started)
+
+    async def _started(self, _: Any, __: Any, params: aiohttp.TraceRequestStartParams) -> None:
+        if "/api/v3/" in params.url.path:
+            self.sent.append(dict(params.headers))
+
+
+async def faulty_run(server: FakeDispatchServer, hooks: list[Any], spy: HeaderSpy) -> None:
+    """429 (pause), 503 (retry), 500 (maybe sent), then a refused token, then a refresh."""
+    recipients = numbers(30)
+    server.script_for(recipients[0], Fault.status(429, retry_after="0.01"))
+    server.script_for(recipients[10], Fault.status(503))
+    server.script_for(recipients[20], Fault.status(500))
+    async with (
+        aiohttp.ClientSession(trace_configs=[spy.config]) as http,
+        da.DispatchSession(
+            server.url,
+            client_secret=SECRET,
+            account="acme",
+            retry=POLICY,
+            hooks=hooks,
+            http_session=http,
+            chunk_size=10,
+            max_concurrency=1,
+        ) as session,
+    ):
+        await session.send_template(recipients, **TEMPLATE)
+        server.expire_tokens()
+        await session.send_template(numbers(5, start=100), **TEMPLATE)
+    assert server.pending_faults == 0
+
+
+def api_statuses(server: FakeDispatchServer) -> Counter[str]:
+    """What the simulator answered under /api/v3, by status (token answers taken out)."""
+    counted = Counter({str(k): v for k, v in server.stats.status_counts.items()})
+    counted["200"] -= server.stats.tokens_issued
+    return +counted
+
+
+# -- the hook protocol ------------------------------------------------------------
+
+
+async def test_events_account_for_every_request_the_simulator_answered(
+    server: FakeDispatchServer,
+) -> None:
+    recorder = Recorder()
+    await faulty_run(server, [recorder], HeaderSpy())
+
+    answered = recorder.of(ins.ChunkAnswered)
+    assert len(recorder.of(ins.ChunkSent)) == len(answered) == server.stats.requests
+    assert Counter(str(e.status) for e in answered) == api_statuses(server)
+    assert [e.maybe_sent for e in answered if e.status == 500] == [True]
+    assert all(not e.maybe_sent for e in answered if e.status in (401, 429, 503))
+    assert [(e.start, e.attempt) for e in recorder.of(ins.RetryScheduled)] == [(0, 1), (10, 1)]
+    assert recorder.of(ins.Paused) == [ins.Paused(429, 0.01)]
+    tokens = recorder.of(ins.TokenObtained)
+    assert len(tokens) == server.stats.tokens_issued == 2
+    assert {t.source for t in tokens} == {"fetched"}
+    assert all(t.lifetime > 0 and t.duration >= 0 for t in tokens)
+    first, second = recorder.of(ins.CallFinished)
+    assert first.outcomes == {"valid": 20, "invalid": 0, "maybe_sent": 10, "not_sent": 0}
+    assert second.outcomes["valid"] == 5
+    started = recorder.of(ins.CallStarted)
+    assert [s.recipients for s in started] == [30, 5]
+    assert [s.call_id for s in started] == [first.call_id, second.call_id]
+
+
+async def test_a_request_that_got_no_answer_is_reported_without_a_status(
+    server: FakeDispatchServer,
+) -> None:
+    recorder = Recorder()
+    server.script(Fault.drop())
+    async with da.DispatchSession(
+        server.url, client_secret=SECRET, account="a", retry=POLICY, hooks=[recorder]
+    ) as session:
+        result = await session.send_template(numbers(3), **TEMPLATE)
+    [answered] = recorder.of(ins.ChunkAnswered)
+    assert answered.status is None
+    assert answered.error is not None
+    assert answered.maybe_sent == result.failed[0].maybe_sent
+    [finished] = recorder.of(ins.CallFinished)
+    assert finished.outcomes["maybe_sent"] + finished.outcomes["not_sent"] == 3
+
+
+async def test_global_hooks_apply_to_sessions_without_their_own(
+    server: FakeDispatchServer,
+) -> None:
+    recorder = Recorder()
+    ins.set_hooks([recorder])
+    try:
+        assert ins.get_hooks() == (recorder,)
+        async with da.DispatchSession(server.url, client_secret=SECRET, account="a") as s:
+            await s.send_template(numbers(3), **TEMPLATE)
+        async with da.DispatchSession(server.url, client_secret=SECRET, account="a", hooks=[]) as s:
+            await s.send_template(numbers(3), **TEMPLATE)
+    finally:
+        ins.set_hooks(None)
+    assert len(recorder.of(ins.CallFinished)) == 1
+    assert isinstance(ins.get_hooks()[0], ins.LoggingHook)
+
+
+async def test_a_failing_hook_is_logged_once_and_never_breaks_a_send(
+    server: FakeDispatchServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(event: ins.Event) -> None:
+        raise RuntimeError("hook bug")
+
+    async with da.DispatchSession(
+        server.url, client_secret=SECRET, account="a", hooks=[broken], chunk_size=2
+    ) as session:
+        with caplog.at_level(logging.ERROR, logger="dispatch_async"):
+            result = await session.send_template(numbers(6), **TEMPLATE)
+    assert result.counts["valid"] == 6
+    assert server.stats.recipients_received == 6
+    failures = [r for r in caplog.records if "instrumentation hook" in r.getMessage()]
+    assert len(failures) == 1
+
+
+# -- OpenTelemetry -----------------------------------------------------------------
+
+
+def otel() -> tuple[ins.OpenTelemetryHook, InMemorySpanExporter, InMemoryMetricReader]:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    hook = ins.OpenTelemetryHook(
+        tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader])
+    )
+    return hook, exporter, reader
+
+
+def metric_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    return {
+        metric.name: list(metric.data.data_points)
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+
+
+async def test_opentelemetry_spans_nest_attempts_under_calls_and_propagate(
+    server: FakeDispatchServer,
+) -> None:
+    hook, exporter, _ = otel()
+    spy = HeaderSpy()
+    await faulty_run(server, [hook], spy)
+
+    spans = exporter.get_finished_spans()
+    calls = [s for s in spans if s.parent is None]
+    attempts = [s for s in spans if s.parent is not None]
+    assert [s.name for s in calls] == ["dispatch /api/v3/template"] * 2
+    assert len(attempts) == server.stats.requests == len(spy.sent)
+    call_ids = {c.context.span_id for c in calls}
+    assert all(a.parent is not None and a.parent.span_id in call_ids for a in attempts)
+    statuses = Counter(str(a.attributes["http.response.status_code"]) for a in attempts)
+    assert statuses == api_statuses(server)
+    assert all(a.attributes["http.request.method"] == "POST" for a in attempts)
+    # Each request carried its own attempt span's context.
+    sent_parents = [h["traceparent"].split("-")[2] for h in spy.sent]
+    assert sorted(sent_parents) == sorted(f"{a.context.span_id:016x}" for a in attempts)
+    assert calls[0].attributes["dispatch.recipients.maybe_sent"] == 10
+
+
+async def test_opentelemetry_metrics_equal_what_the_simulator_counted(
+    server: FakeDispatchServer,
+) -> None:
+    hook, _, reader = otel()
+    await faulty_run(server, [hook], HeaderSpy())
+
+    points = metric_points(reader)
+    by_status = {
+        str(p.attributes["http.response.status_code"]): p.value for p in points["dispatch.requests"]
+    }
+    assert Counter(by_status) == api_statuses(server)
+    by_outcome = {p.attributes["dispatch.outcome"]: p.value for p in points["dispatch.recipients"]}
+    assert by_outcome == {"valid": 25, "maybe_sent": 10}
+    assert by_outcome["valid"] + by_outcome["maybe_sent"] == server.stats.recipients_received
+    assert sum(p.value for p in points["dispatch.retries"]) == 2
+    assert [p.value for p in points["dispatch.paused"]] == [pytest.approx(0.01)]
+    assert sum(p.value for p in points["dispatch.token.fetches"]) == server.stats.tokens_issued
+    histogram = points["http.client.request.duration"]
+    assert sum(p.count for p in histogram) == server.stats.requests
+
+
+# -- Prometheus --------------------------------------------------------------------
+
+
+async def test_prometheus_metrics_equal_what_the_simulator_counted(
+    server: FakeDispatchServer,
+) -> None:
+    registry = CollectorRegistry()
+    await faulty_run(server, [ins.PrometheusHook(registry)], HeaderSpy())
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    endpoint = "/api/v3/template"
+    for status, count in api_statuses(server).items():
+        assert value("dispatch_requests_total", endpoint=endpoint, status=status) == count
+    assert value("dispatch_recipients_total", endpoint=endpoint, outcome="valid") == 25
+    assert value("dispatch_recipients_total", endpoint=endpoint, outcome="maybe_sent") == 10
+    assert value("dispatch_retries_total", endpoint=endpoint) == 2
+    assert value("dispatch_paused_seconds_total", status="429") == pytest.approx(0.01)
+    assert value("dispatch_token_fetches_total", source="fetched") == server.stats.tokens_issued
+    assert (
+        value("dispatch_request_duration_seconds_count", endpoint=endpoint) == server.stats.requests
+    )
+
+
+# -- no secrets, nothing printed ---------------------------------------------------
+
+
+async def test_no_secret_or_token_reaches_any_attribute_label_or_log_field(
+    server: FakeDispatchServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    hook, exporter, reader = otel()
+    registry = CollectorRegistry()
+    spy = HeaderSpy()
+    with caplog.at_level(logging.DEBUG, logger="dispatch_async"):
+        await faulty_run(server, [hook, ins.PrometheusHook(registry), ins.LoggingHook()], spy)
+
+    tokens = {h["Authorization"].removeprefix("Bearer ") for h in spy.sent}
+    assert len(tokens) == 2  # the refresh really happened
+    seen = [str(dict(s.attributes or {})) + s.name for s in exporter.get_finished_spans()]
+    seen += [str(points) for points in metric_points(reader).values()]
+    seen += [str(m.samples) for m in registry.collect()]
+    seen += [str(vars(r)) + r.getMessage() for r in caplog.records]
+    assert any("ChunkAnswered" in text for text in seen)  # the logs were captured
+    for text in seen:
+        for secret in (SECRET, *tokens):
+            assert secret not in text
+
+
+def test_the_library_prints_nothing_unless_asked() -> None:
+    code = (
+        "import logging, dispatch_async;"
+        "logging.getLogger('dispatch_async').warning('something went wrong')"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DISPATCH_LOG"}
+    # The child imports this copy of the package, not whatever the venv has installed.
+    env["PYTHONPATH"] = str(Path(da.__file__).parent.parent)
+    quiet = subprocess.run(  # noqa: S603 - our own interpreter
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert quiet.stderr == ""
+    loud = subprocess.run(  # noqa: S603 - our own interpreter
+        [sys.executable, "-c", code],
+        env={**env, "DISPATCH_LOG": "info"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "something went wrong" in loud.stderr
+
+
+def test_a_missing_extra_is_a_configuration_error_with_the_install_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(da.ConfigurationError, match=r"dispatch-async\[prometheus\]"):
+        ins.PrometheusHook(CollectorRegistry())
+    monkeypatch.setattr("dispatch_async.instrumentation._otel._INSTALLED", False)
+    with pytest.raises(da.ConfigurationError, match=r"dispatch-async\[otel\]"):
+        ins.OpenTelemetryHook()
