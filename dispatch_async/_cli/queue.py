@@ -22,11 +22,12 @@ the chunk's rows ``maybe_sent`` without sending. A ``done`` chunk is never sent 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 import urllib.parse
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -36,7 +37,7 @@ import dispatch_async as da
 
 from .input import MALFORMED, Row
 from .records import failed_record, invalid_record
-from .spec import InputSpec, Problem, Target
+from .spec import FAILED, InputSpec, Problem, Target
 
 #: arq's ``ArqRedis`` (a redis-py asyncio client). Typed loosely: redis-py types every
 #: reply as "awaitable or not", which strict mypy rejects at each ``await``.
@@ -55,6 +56,7 @@ __all__ = [
     "check_prefix",
     "claim",
     "connect",
+    "connected",
     "dump_rows",
     "enqueue",
     "finish",
@@ -185,6 +187,18 @@ async def connect(queue_url: str) -> ArqRedis:
         )
     except redis_errors() as exc:
         raise unreachable(queue_url, exc) from None
+
+
+@contextlib.asynccontextmanager
+async def connected(queue_url: str) -> AsyncIterator[ArqRedis]:
+    """The queue's Redis for a command: a failure there is one line, exit 1; closed after."""
+    redis = await connect(queue_url)
+    try:
+        yield redis
+    except redis_errors() as exc:
+        raise Problem(f"Redis failed: {type(exc).__name__}: {exc}", FAILED) from None
+    finally:
+        await redis.aclose()
 
 
 # -- rows ------------------------------------------------------------------------------

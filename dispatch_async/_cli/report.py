@@ -26,9 +26,8 @@ from .queue import (
     JobKeys,
     check_job_id,
     check_prefix,
-    connect,
+    connected,
     enqueue,
-    redis_errors,
     wait_until_done,
     where,
 )
@@ -146,8 +145,7 @@ async def run_enqueue(
 ) -> int:
     """Enqueue the job's chunks; with *output*, wait for the workers and write the report."""
     err = err or sys.stderr
-    redis = await connect(queue_url)
-    try:
+    async with connected(queue_url) as redis:
         produced = await enqueue(
             redis,
             job=job,
@@ -180,10 +178,6 @@ async def run_enqueue(
             redis, job=job, key_prefix=key_prefix, every=0.5, on_progress=progress
         )
         summary = await report(redis, job=job, output=output, key_prefix=key_prefix)
-    except redis_errors() as exc:
-        raise Problem(f"Redis failed: {type(exc).__name__}: {exc}", FAILED) from None
-    finally:
-        await redis.aclose()
     return _conclude(summary, output, err)
 
 
@@ -192,13 +186,8 @@ async def run_queue_report(
 ) -> int:
     """Write the job's records to *output* and print its summary."""
     err = err or sys.stderr
-    redis = await connect(queue_url)
-    try:
+    async with connected(queue_url) as redis:
         summary = await report(redis, job=job, output=output, key_prefix=key_prefix)
-    except redis_errors() as exc:
-        raise Problem(f"Redis failed: {type(exc).__name__}: {exc}", FAILED) from None
-    finally:
-        await redis.aclose()
     return _conclude(summary, output, err)
 
 

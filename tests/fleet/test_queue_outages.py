@@ -45,6 +45,23 @@ def assert_every_line_once_and_nothing_received_twice(
     return records
 
 
+async def produce(redis_url: str, prefix: str, source: Path, job: str) -> None:
+    """Run the producer (again): it stores and enqueues what is not done."""
+    redis = await connect(redis_url)
+    try:
+        await enqueue(
+            redis,
+            job=job,
+            target=Target("basic", text="hi"),
+            account=None,
+            input_spec=InputSpec(str(source)),
+            chunk_size=CHUNK,
+            key_prefix=prefix,
+        )
+    finally:
+        await redis.aclose()
+
+
 async def test_a_worker_stopped_by_sigterm_mid_chunk_records_it_maybe_sent_once(
     redis_server: str, prefix: str, tmp_path: Path
 ) -> None:
@@ -53,15 +70,7 @@ async def test_a_worker_stopped_by_sigterm_mid_chunk_records_it_maybe_sent_once(
     redis = await connect(redis_server)
     try:
         async with FakeDispatchServer(client_secret=SECRET, latency=1.0) as server:
-            await enqueue(
-                redis,
-                job="term",
-                target=Target("basic", text="hi"),
-                account=None,
-                input_spec=InputSpec(str(source)),
-                chunk_size=CHUNK,
-                key_prefix=prefix,
-            )
+            await produce(redis_server, prefix, source, "term")
             keys = JobKeys(prefix, "term")
             worker = await start_worker(server, redis_server, prefix)
 
@@ -78,15 +87,7 @@ async def test_a_worker_stopped_by_sigterm_mid_chunk_records_it_maybe_sent_once(
 
             server.latency = 0
             # What SIGTERM cut short is maybe_sent; the rest is sent by the next worker.
-            await enqueue(
-                redis,
-                job="term",
-                target=Target("basic", text="hi"),
-                account=None,
-                input_spec=InputSpec(str(source)),
-                chunk_size=CHUNK,
-                key_prefix=prefix,
-            )
+            await produce(redis_server, prefix, source, "term")
             second = await start_worker(server, redis_server, prefix)
             await asyncio.wait_for(second.communicate(), JOB_TIMEOUT + 30)
             output = tmp_path / "report.jsonl"
@@ -152,23 +153,8 @@ async def test_redis_stopping_mid_job_then_starting_again_loses_and_doubles_noth
     write_input(source)
     keys = JobKeys(prefix, "outage")
 
-    async def produce() -> None:
-        redis = await connect(url)
-        try:
-            await enqueue(
-                redis,
-                job="outage",
-                target=Target("basic", text="hi"),
-                account=None,
-                input_spec=InputSpec(str(source)),
-                chunk_size=CHUNK,
-                key_prefix=prefix,
-            )
-        finally:
-            await redis.aclose()
-
     async with FakeDispatchServer(client_secret=SECRET, latency=0.3) as server:
-        await produce()
+        await produce(url, prefix, source, "outage")
         worker = await start_worker(server, url, prefix)
         redis = await connect(url)
         try:
@@ -187,7 +173,7 @@ async def test_redis_stopping_mid_job_then_starting_again_loses_and_doubles_noth
             await worker.wait()
         start()  # ...and comes back with what it had.
         server.latency = 0
-        await produce()
+        await produce(url, prefix, source, "outage")
         # A chunk claimed before the outage is handed over once arq's in-progress key
         # expires: the next worker records it maybe_sent instead of sending it again.
         for _ in range(3):
