@@ -1,0 +1,245 @@
+"""The command line's options, each declared once and shared by the commands that take it.
+
+Defaults are the SDK's (``spec.DEFAULTS``), never written here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .spec import DEFAULTS, Connection
+
+__all__ = [
+    "connection",
+    "connection_options",
+    "prefix_option",
+    "progress_every_option",
+    "queue_option",
+    "quiet_option",
+    "send_options",
+    "verbose_option",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SECRET_VARIABLE = "DISPATCH_CLIENT_SECRET"  # noqa: S105 - a variable's name
+
+
+def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(function: F) -> F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+# -- options shared by several commands (each declared here, once) ------------------
+
+connection_options = _options(
+    click.option(
+        "--account", envvar="DISPATCH_ACCOUNT", help="Sending account [DISPATCH_ACCOUNT]."
+    ),
+    click.option(
+        "--base-url", envvar="DISPATCH_BASE_URL", help="Service address [DISPATCH_BASE_URL]."
+    ),
+    click.option(
+        "--client-secret-file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        envvar="DISPATCH_CLIENT_SECRET_FILE",
+        help=f"File holding the client secret (else ${_SECRET_VARIABLE}; never a flag: "
+        "flags show in ps).",
+    ),
+    click.option(
+        "--rate",
+        type=click.FloatRange(min=0, min_open=True),
+        envvar="DISPATCH_RATE",
+        help="At most this many requests per second (a worker's: across every worker, "
+        "shared in Redis).",
+    ),
+    click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=DEFAULTS.timeout,
+        show_default=True,
+        envvar="DISPATCH_TIMEOUT",
+        help="Seconds for one request.",
+    ),
+    click.option(
+        "--attempts",
+        type=click.IntRange(min=1),
+        default=DEFAULTS.attempts,
+        show_default=True,
+        envvar="DISPATCH_ATTEMPTS",
+        help="Tries per request the service did not act on (429, 503, no connection).",
+    ),
+    click.option(
+        "--max-retry-time",
+        type=click.FloatRange(min=0, min_open=True),
+        default=DEFAULTS.max_retry_time,
+        show_default=True,
+        envvar="DISPATCH_MAX_RETRY_TIME",
+        help="Seconds to keep retrying one request.",
+    ),
+)
+
+
+def queue_option(*, required: bool, help: str) -> Callable[[F], F]:
+    return click.option(
+        "--queue", required=required, metavar="REDIS_URL", envvar="DISPATCH_QUEUE_URL", help=help
+    )
+
+
+prefix_option = click.option(
+    "--key-prefix",
+    default=DEFAULTS.key_prefix,
+    show_default=True,
+    envvar="DISPATCH_KEY_PREFIX",
+    help="Every Redis key of the queue starts with it [DISPATCH_KEY_PREFIX].",
+)
+quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+verbose_option = click.option(
+    "-v", "--verbose", count=True, help="Log retries and more (-vv: debug). Never secrets."
+)
+progress_every_option = click.option(
+    "--progress-every",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    hidden=True,
+    help="Seconds between plain progress lines (when stderr is not a terminal).",
+)
+
+
+def connection(options: dict[str, Any]) -> Connection:
+    return Connection(
+        base_url=options["base_url"],
+        client_secret=_client_secret(options["client_secret_file"]),
+        account=options["account"],
+        timeout=options["timeout"],
+        attempts=options["attempts"],
+        max_retry_time=options["max_retry_time"],
+        rate=options["rate"],
+    )
+
+
+send_options = _options(
+    click.option(
+        "-i",
+        "--input",
+        "input_path",
+        required=True,
+        type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+        help="CSV or JSONL recipients; - for stdin.",
+    ),
+    click.option(
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Results file (JSON lines), appended as chunks complete. Required to send.",
+    ),
+    click.option(
+        "--format",
+        "input_format",
+        type=click.Choice(["auto", "csv", "jsonl"]),
+        default="auto",
+        show_default=True,
+        help="Input format; auto goes by the file name, then by the first character.",
+    ),
+    click.option(
+        "--number-column",
+        default="number",
+        show_default=True,
+        help="CSV column with the phone number; every other column becomes a var.",
+    ),
+    click.option(
+        "--columns",
+        metavar="NAME,NAME,...",
+        help="Column names for a CSV without a header row (its first line is then a row).",
+    ),
+    click.option(
+        "--resume",
+        is_flag=True,
+        help="Continue the job that wrote --output: skip every recorded line.",
+    ),
+    click.option(
+        "--resend-maybe-sent",
+        is_flag=True,
+        help="With --resume: also send the maybe_sent lines again (they may arrive twice).",
+    ),
+    click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Check the input and print the chunk plan; send and write nothing.",
+    ),
+    click.option("--campaign-name", help="Label for the batch."),
+    click.option("--fallback-sms", metavar="TEXT", help="SMS text when the main channel fails."),
+    click.option("--callback", metavar="URL", help="Callback address sent with each request."),
+    connection_options,
+    click.option(
+        "--chunk-size",
+        type=click.IntRange(min=1),
+        default=DEFAULTS.chunk_size,
+        show_default=True,
+        envvar="DISPATCH_CHUNK_SIZE",
+        help="Recipients per request.",
+    ),
+    click.option(
+        "--concurrency",
+        type=click.IntRange(min=1),
+        default=DEFAULTS.concurrency,
+        show_default=True,
+        envvar="DISPATCH_CONCURRENCY",
+        help="Requests in flight at once.",
+    ),
+    click.option(
+        "--dedupe",
+        is_flag=True,
+        help="Send each number once, across resumes too. Numbers are compared in E.164 "
+        "with --prevalidate; without it, as written: 11987654322 and +5511987654322 are "
+        "then two numbers.",
+    ),
+    click.option(
+        "--prevalidate",
+        is_flag=True,
+        help="Check numbers locally (phonenumbers) and send them as E.164.",
+    ),
+    click.option(
+        "--region",
+        envvar="DISPATCH_REGION",
+        metavar="CC",
+        help="Default country for --prevalidate, e.g. BR.",
+    ),
+    click.option(
+        "--deadline",
+        type=click.FloatRange(min=0, min_open=True),
+        metavar="SECONDS",
+        help="Stop sending after this long; the rest is recorded not_sent.",
+    ),
+    quiet_option,
+    verbose_option,
+    queue_option(
+        required=False,
+        help="Enqueue the job for `dispatch-async worker` processes instead of sending "
+        "(redis://...); with -o, wait for them and write the report [DISPATCH_QUEUE_URL].",
+    ),
+    click.option("--job", metavar="ID", help="With --queue: the job's id (again to continue it)."),
+    prefix_option,
+    progress_every_option,
+)
+
+
+def _client_secret(path: Path | None) -> str | None:
+    if path is None:
+        return os.environ.get(_SECRET_VARIABLE) or None
+    try:
+        secret = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.UsageError(f"cannot read --client-secret-file {path}: {exc}") from None
+    if not secret:
+        raise click.UsageError(f"--client-secret-file {path} is empty")
+    return secret
