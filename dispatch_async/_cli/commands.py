@@ -180,6 +180,19 @@ def demo(
     help="Seconds one chunk may take; a dead worker's chunk is taken over this + 10 s later.",
 )
 @click.option("--burst", is_flag=True, help="Exit once the queue is empty.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=1, max=65535),
+    envvar="DISPATCH_METRICS_PORT",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (the prometheus extra).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="DISPATCH_METRICS_HOST",
+    help="Address for --metrics-port (0.0.0.0 to be scraped from other hosts).",
+)
 @click.option("--poll-delay", type=click.FloatRange(min=0.01), default=0.5, hidden=True)
 @click.option("-v", "--verbose", count=True, help="Log each chunk (-vv: debug). Never secrets.")
 def worker(
@@ -188,6 +201,8 @@ def worker(
     max_jobs: int,
     job_timeout: float,
     burst: bool,
+    metrics_port: int | None,
+    metrics_host: str,
     poll_delay: float,
     verbose: int,
     **options: Any,
@@ -207,6 +222,8 @@ def worker(
         job_timeout=job_timeout,
         burst=burst,
         poll_delay=poll_delay,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
     _exit(lambda: asyncio.run(run_queue_worker(config, verbose=verbose)))
 

@@ -59,6 +59,9 @@ class WorkerConfig:
     job_timeout: float = 300.0
     burst: bool = False
     poll_delay: float = 0.5
+    #: Serve Prometheus metrics (the SDK's ``PrometheusHook``) on this port, if given.
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
 
 def worker_settings(config: WorkerConfig) -> dict[str, Any]:
@@ -100,6 +103,8 @@ async def run_worker(config: WorkerConfig) -> int:
     """Run an arq worker until SIGINT/SIGTERM (or, with ``burst``, an empty queue)."""
     from arq.worker import Worker
 
+    if config.metrics_port is not None:
+        _serve_metrics(config.metrics_host, config.metrics_port)
     worker = Worker(**worker_settings(config))
     try:
         await worker.async_run()
@@ -108,6 +113,23 @@ async def run_worker(config: WorkerConfig) -> int:
     finally:
         await worker.close()
     return 0
+
+
+def _serve_metrics(host: str, port: int) -> None:
+    """Count every send of this process with the SDK's Prometheus hook, served at /metrics."""
+    from dispatch_async import instrumentation
+
+    try:
+        import prometheus_client
+    except ImportError:
+        raise Problem(
+            '--metrics-port needs the prometheus extra: pip install "dispatch-async[prometheus]"'
+        ) from None
+    instrumentation.set_hooks([*instrumentation.get_hooks(), instrumentation.PrometheusHook()])
+    try:
+        prometheus_client.start_http_server(port, addr=host)
+    except OSError as exc:
+        raise Problem(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
 
 
 def _session(config: WorkerConfig) -> da.DispatchSession:

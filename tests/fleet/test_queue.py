@@ -389,3 +389,63 @@ async def test_redis_failures_are_one_line_without_the_password(
     assert "Traceback" not in err
     assert "hunter2pw" not in err
     assert "Redis" in err
+
+
+async def test_a_worker_serves_prometheus_metrics_that_match_what_the_service_saw(
+    redis: Any, redis_server: str, prefix: str, tmp_path: Path
+) -> None:
+    import aiohttp
+
+    source = tmp_path / "in.csv"
+    write_input(source)
+    metrics_port = free_port()
+    async with FakeDispatchServer(client_secret=SECRET) as server:
+        await enqueue(
+            redis,
+            job="metrics",
+            target=Target("basic", text="hi"),
+            account=None,
+            input_spec=InputSpec(str(source)),
+            chunk_size=CHUNK,
+            key_prefix=prefix,
+        )
+        worker = await asyncio.create_subprocess_exec(
+            *COMMAND,
+            *("worker", "--queue", redis_server, "--key-prefix", prefix, "--poll-delay", "0.05"),
+            *("--metrics-port", str(metrics_port)),
+            cwd=ROOT,
+            env=worker_env(server),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        keys = JobKeys(prefix, "metrics")
+        try:
+
+            async def all_done() -> bool:
+                return (await redis.hvals(keys.state)).count(b"done") == LINES // CHUNK
+
+            await until(all_done, 30, "every chunk done")
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"http://127.0.0.1:{metrics_port}/metrics") as response,
+            ):
+                text = await response.text()
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(worker.communicate(), 20)
+        stats = server.stats
+
+    def sample(name: str, **labels: str) -> float:
+        wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(p in line for p in wanted.split(",")):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    assert sample("dispatch_requests_total", status="200") == stats.dispatch_calls
+    valid = sample("dispatch_recipients_total", outcome="valid")
+    invalid = sample("dispatch_recipients_total", outcome="invalid")
+    assert valid + invalid == stats.recipients_received
+    assert invalid == 1  # "12": the service rejects it
+    assert sample("dispatch_token_fetches_total", source="fetched") == stats.tokens_issued
+    assert "+55119" not in text  # no phone number is ever a label
