@@ -42,7 +42,9 @@ _ids = itertools.count(1)
 #: The chunk attempt under way in this task, if anything listens.
 CURRENT: ContextVar[_Attempt | None] = ContextVar("dispatch_attempt", default=None)
 #: The call and chunk this task sends, if anything listens (each chunk has its own task).
-_CHUNK: ContextVar[tuple[CallReport, Chunk, Flight] | None] = ContextVar(
+#: Only the chunk's span, never the chunk: every callback scheduled in the task (aiohttp's
+#: timeout timers among them) keeps the context alive, and the recipients with it.
+_CHUNK: ContextVar[tuple[CallReport, range, Flight] | None] = ContextVar(
     "dispatch_chunk", default=None
 )
 
@@ -63,16 +65,16 @@ def attempt(sending: Awaitable[T]) -> Awaitable[T]:
     current = _CHUNK.get()
     if current is None:
         return sending
-    report, chunk, flight = current
-    return _attempt(_Attempt(report, chunk, flight.retries + 1), sending)
+    report, span, flight = current
+    return _attempt(_Attempt(report, span, flight.retries + 1), sending)
 
 
 def retried(error: BaseException, wait: float, attempt: int) -> None:
     """Report that *attempt* at the current chunk failed and will be tried again."""
     if (current := _CHUNK.get()) is not None:
-        report, chunk, _ = current
+        report, span, _ = current
         event = RetryScheduled(
-            report.call_id, report.endpoint, chunk.start, attempt, str(error), wait
+            report.call_id, report.endpoint, span.start, attempt, str(error), wait
         )
         emit(report.hooks, event)
 
@@ -97,7 +99,8 @@ class CallReport:
         """*send*, with the chunk it sends known to `attempt` and `retried`."""
 
         async def observed(chunk: Chunk, flight: Flight) -> T:
-            _CHUNK.set((self, chunk, flight))  # the chunk's own task: nothing to reset
+            span = range(chunk.start, chunk.start + len(chunk.messages))
+            _CHUNK.set((self, span, flight))  # the chunk's own task: nothing to reset
             return await send(chunk, flight)
 
         return observed
@@ -136,11 +139,9 @@ class _Attempt:
 
     __slots__ = ("report", "sent", "started")
 
-    def __init__(self, report: CallReport, chunk: Chunk, attempt: int) -> None:
+    def __init__(self, report: CallReport, span: range, attempt: int) -> None:
         self.report = report
-        self.sent = ChunkSent(
-            report.call_id, report.endpoint, chunk.start, len(chunk.messages), attempt
-        )
+        self.sent = ChunkSent(report.call_id, report.endpoint, span.start, len(span), attempt)
         emit(report.hooks, self.sent)
         self.started = time.monotonic()
 
