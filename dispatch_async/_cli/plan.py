@@ -15,15 +15,15 @@ import attrs
 
 import dispatch_async as da
 
-from .input import MALFORMED, InputProblem, line_bound
+from .input import InputProblem, line_bound
 from .journal import JobFiles, new_record
+from .records import SHOWN_MALFORMED, malformed_note
 from .source import Source
 from .spec import FAILED, OK, JobSpec, Problem, dedupe_key
 
 __all__ = ["run_plan"]
 
-#: How many malformed rows are named on stderr, and how many chunks are listed first.
-_SHOWN_MALFORMED = 10
+#: How many chunks are listed first.
 _SHOWN_CHUNKS = 5
 
 
@@ -74,8 +74,8 @@ async def _plan(spec: JobSpec, source: Source, out: TextIO) -> int:
             count.duplicates += reading.duplicates
             for row in reading.malformed:
                 count.malformed += 1
-                if count.malformed <= _SHOWN_MALFORMED:
-                    print(f"line {row.line}: {MALFORMED}: {row.problem}", file=err)
+                if count.malformed <= SHOWN_MALFORMED:
+                    print(malformed_note(row), file=err)
             count.rows += len(reading.rows)
             for row in reading.rows:
                 lines.append(row.line)

@@ -35,8 +35,8 @@ import orjson
 
 import dispatch_async as da
 
-from .input import MALFORMED, Row
-from .records import failed_record, invalid_record
+from .input import Row
+from .records import failed_record, malformed_record
 from .spec import FAILED, InputSpec, Problem, Target
 
 #: arq's ``ArqRedis`` (a redis-py asyncio client). Typed loosely: redis-py types every
@@ -217,9 +217,7 @@ def load_rows(raw: bytes) -> list[Row]:
 
 def malformed_records(rows: list[Row]) -> list[bytes]:
     """The records of the rows that cannot be sent, exactly as a single-machine run writes."""
-    return [
-        invalid_record(r.line, r.number, MALFORMED, r.problem) for r in rows if r.message is None
-    ]
+    return [malformed_record(r) for r in rows if r.message is None]
 
 
 def interrupted_records(rows: list[Row]) -> list[bytes]:

@@ -17,17 +17,22 @@ import orjson
 
 import dispatch_async as da
 
-from .input import Row
+from .input import MALFORMED, Row
 
 __all__ = [
     "OUTCOMES",
+    "SHOWN_MALFORMED",
     "failed_record",
     "invalid_record",
+    "malformed_note",
+    "malformed_record",
     "part_records",
     "sent_record",
 ]
 
 OUTCOMES = ("sent", "invalid", "not_sent", "maybe_sent")
+#: How many malformed rows a run names on stderr before it only counts them.
+SHOWN_MALFORMED = 10
 
 _dumps = orjson.dumps
 _SENT = b'{"line":%d,"number":%b,"outcome":"sent","id":%b}'
@@ -46,6 +51,16 @@ def invalid_record(line: int, number: str | None, reason: str, detail: str | Non
     if detail is None:
         return _INVALID % (line, _dumps(number), _dumps(reason))
     return _INVALID_DETAIL % (line, _dumps(number), _dumps(reason), _dumps(detail))
+
+
+def malformed_record(row: Row) -> bytes:
+    """The record of an input row that cannot be a recipient: ``invalid``, with why."""
+    return invalid_record(row.line, row.number, MALFORMED, row.problem)
+
+
+def malformed_note(row: Row) -> str:
+    """What a person is told of a malformed row, on stderr."""
+    return f"line {row.line}: {MALFORMED}: {row.problem}"
 
 
 def failed_record(

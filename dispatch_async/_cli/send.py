@@ -24,17 +24,14 @@ from typing import Any
 
 import dispatch_async as da
 
-from .input import MALFORMED, Row, count_lines, line_bound
+from .input import Row, count_lines, line_bound
 from .journal import JobFiles, Recorded
 from .progress import NoteHandler, Progress, Tally, make_progress, render_summary
-from .records import failed_record, part_records
+from .records import SHOWN_MALFORMED, failed_record, malformed_note, part_records
 from .source import Reading, Source
 from .spec import FAILED, OK, JobSpec, Problem, dedupe_key
 
 __all__ = ["run_send"]
-
-#: How many malformed rows are named on stderr before the rest are only counted.
-_SHOWN_MALFORMED = 10
 
 
 class _Stopped(Exception):
@@ -124,10 +121,10 @@ class SendJob:
             self.progress.advance(len(batch.records))
         for row in batch.malformed:
             self._shown_malformed += 1
-            if self._spec.display.quiet or self._shown_malformed > _SHOWN_MALFORMED:
+            if self._spec.display.quiet or self._shown_malformed > SHOWN_MALFORMED:
                 continue
-            self.progress.note(f"line {row.line}: {MALFORMED}: {row.problem}")
-            if self._shown_malformed == _SHOWN_MALFORMED:
+            self.progress.note(malformed_note(row))
+            if self._shown_malformed == SHOWN_MALFORMED:
                 self.progress.note("(further malformed rows are only recorded in the output)")
 
     # -- recording -----------------------------------------------------------------

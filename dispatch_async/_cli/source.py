@@ -14,9 +14,9 @@ import attrs
 
 import dispatch_async as da
 
-from .input import MALFORMED, Row
+from .input import Row
 from .journal import Recorded
-from .records import failed_record, invalid_record
+from .records import failed_record, invalid_record, malformed_record
 from .spec import Problem
 
 __all__ = ["Reading", "Source"]
@@ -66,7 +66,7 @@ class Source:
                     )
                 batch.skipped += 1
             elif row.message is None:
-                settled.append(invalid_record(line, row.number, MALFORMED, row.problem))
+                settled.append(malformed_record(row))
                 batch.malformed.append(row)
             elif recorded.is_pending(line):
                 settled.append(
@@ -109,7 +109,7 @@ class Source:
                 if len(send) == size:
                     break
             else:
-                settled.append(invalid_record(line, row.number, MALFORMED, row.problem))
+                settled.append(malformed_record(row))
                 batch.malformed.append(row)
                 if len(settled) >= limit:
                     break
