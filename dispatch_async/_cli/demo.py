@@ -16,7 +16,7 @@ from pathlib import Path
 from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .send import run_send
-from .spec import Connection, Display, InputSpec, JobSpec, Target
+from .spec import DEFAULTS, Connection, Display, InputSpec, JobSpec, Target
 
 __all__ = ["run_demo"]
 
@@ -59,8 +59,10 @@ async def run_demo(
     async with FakeDispatchServer(
         client_secret=secret, fault_rates=_FAULT_RATES, seed=seed, random_retry_after="0"
     ) as server:
-        # A 503 and a 429 at a few chunks spread through the job, so retries show.
-        for index in range(recipients // 10, recipients, max(recipients // 5, 1)):
+        # A 503 and a 429 in a few chunks spread through the job, so retries show; never
+        # two numbers of one chunk, or its faults would add up past the retry attempts.
+        spacing = max(recipients // 5, DEFAULTS.chunk_size)
+        for index in range(recipients // 10, recipients, spacing):
             number = f"+55119{index:08d}"
             server.script_for(number, Fault.status(503, retry_after="0"))
             server.script_for(number, Fault.status(429, retry_after="0"))
