@@ -1,0 +1,203 @@
+"""Every example in the README and docs/ runs as written, and the API reference is complete.
+
+One test per block, named ``file:line``: breaking an example breaks a named test. The rules
+are in tests/markdown_examples.py.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import dispatch_async
+import dispatch_async.instrumentation
+import dispatch_async.testing
+
+from .markdown_examples import (
+    PROJECT_ROOT,
+    Example,
+    ExampleFailed,
+    collect,
+    mypy_strict,
+    parse,
+    run_console,
+    run_python,
+    simulator,
+)
+
+EXAMPLES = collect()
+PYTHON = [example for example in EXAMPLES if example.language == "python"]
+CONSOLE = [example for example in EXAMPLES if example.language == "console"]
+
+
+def name(example: Example) -> str:
+    return example.name
+
+
+# The project's examples
+
+
+@pytest.mark.parametrize("example", PYTHON, ids=name)
+def test_python_example_runs_as_a_script(example: Example, tmp_path: Path) -> None:
+    run_python(example, tmp_path)
+
+
+@pytest.mark.parametrize("example", CONSOLE, ids=name)
+def test_console_example_runs_against_the_simulator(example: Example, tmp_path: Path) -> None:
+    with simulator() as url:
+        run_console(example, tmp_path, url)
+
+
+@pytest.fixture(scope="module")
+def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    return mypy_strict(PYTHON, tmp_path_factory.mktemp("mypy"))
+
+
+@pytest.mark.parametrize("example", PYTHON, ids=name)
+def test_python_example_passes_mypy_strict(
+    example: Example, mypy_errors: dict[str, list[str]]
+) -> None:
+    assert mypy_errors[example.name] == []
+
+
+def test_the_readme_quick_start_is_among_the_examples() -> None:
+    readme = [example for example in PYTHON if example.path.name == "README.md"]
+    assert readme, "the README's quick start is not a runnable ```python block"
+    assert "asyncio.run(main())" in readme[0].source
+
+
+# The collector itself: a broken example fails, a marked one is skipped
+
+
+def write_readme(root: Path, text: str) -> Path:
+    path = root / "README.md"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_a_python_example_that_raises_fails_naming_its_file_and_line(tmp_path: Path) -> None:
+    write_readme(tmp_path, "# Doc\n\n```python\nprint(undefined_name)\n```\n")
+    [example] = collect(tmp_path)
+    with pytest.raises(ExampleFailed, match=r"README\.md:3: the script exited 1(.|\n)*NameError"):
+        run_python(example, tmp_path)
+
+
+def test_a_python_example_with_top_level_await_fails(tmp_path: Path) -> None:
+    write_readme(tmp_path, "```python\nimport asyncio\nawait asyncio.sleep(0)\n```\n")
+    [example] = collect(tmp_path)
+    with pytest.raises(ExampleFailed, match="SyntaxError"):
+        run_python(example, tmp_path)
+
+
+def test_a_python_example_that_works_passes(tmp_path: Path) -> None:
+    write_readme(tmp_path, "```python\nprint('hello')\n```\n")
+    [example] = collect(tmp_path)
+    assert run_python(example, tmp_path).stdout == "hello\n"
+
+
+def test_a_console_block_stops_at_the_first_failing_command(tmp_path: Path) -> None:
+    write_readme(
+        tmp_path,
+        """\
+        ```console
+        $ printf 'number\\n+5511987654321\\n' > in.csv
+        sample output, never run
+        $ dispatch-async send template --template-id no-such-option --bogus
+        $ touch never-reached
+        ```
+        """,
+    )
+    [example] = collect(tmp_path)
+    with simulator() as url, pytest.raises(ExampleFailed, match=r"README\.md:1: a command"):
+        run_console(example, tmp_path, url)
+    assert (tmp_path / "in.csv").exists()
+    assert not (tmp_path / "never-reached").exists()
+
+
+def test_a_console_block_runs_the_cli_against_the_simulator(tmp_path: Path) -> None:
+    write_readme(
+        tmp_path,
+        """\
+        ```console
+        $ printf 'number\\n+5511987654321\\n' > in.csv
+        $ dispatch-async send template --template-id pix_reminder -i in.csv -o out.jsonl -q
+        $ grep -c '"outcome": *"sent"' out.jsonl
+        1
+        ```
+        """,
+    )
+    [example] = collect(tmp_path)
+    with simulator() as url:
+        run_console(example, tmp_path, url)
+    assert '"sent"' in (tmp_path / "out.jsonl").read_text()
+
+
+def test_a_not_run_marker_skips_the_next_block_only(tmp_path: Path) -> None:
+    write_readme(
+        tmp_path,
+        """\
+        <!-- not-run: needs a real service -->
+        ```python
+        raise SystemExit(1)
+        ```
+
+        ```python
+        print("runs")
+        ```
+
+        ```bash
+        false
+        ```
+        """,
+    )
+    examples = parse(tmp_path / "README.md")
+    assert [(e.line, e.not_run) for e in examples] == [
+        (2, "needs a real service"),
+        (6, None),
+        (10, None),
+    ]
+    assert [e.line for e in collect(tmp_path)] == [6]
+
+
+def test_a_not_run_marker_must_give_a_reason(tmp_path: Path) -> None:
+    write_readme(tmp_path, "<!-- not-run: -->\n```python\npass\n```\n")
+    with pytest.raises(ValueError, match="must say why"):
+        collect(tmp_path)
+
+
+def test_an_unclosed_fence_is_an_error(tmp_path: Path) -> None:
+    write_readme(tmp_path, "```python\nprint(1)\n")
+    with pytest.raises(ValueError, match="never closed"):
+        collect(tmp_path)
+
+
+def test_a_badly_typed_example_fails_mypy_strict_at_its_markdown_line(tmp_path: Path) -> None:
+    write_readme(tmp_path, "text\n\n```python\ndef f(x):\n    return x\n```\n")
+    [example] = collect(tmp_path)
+    errors = mypy_strict([example], tmp_path)
+    assert any("README.md:4:" in line and "annotation" in line for line in errors[example.name])
+
+
+# The API reference
+
+
+REFERENCE_ENTRY = re.compile(r"^::: (?P<name>dispatch_async(\.\w+)+)\s*$", re.MULTILINE)
+
+
+def test_the_reference_documents_every_public_name_and_nothing_else() -> None:
+    public = {
+        f"{module.__name__}.{member}"
+        for module in (dispatch_async, dispatch_async.testing, dispatch_async.instrumentation)
+        for member in module.__all__
+    }
+    documented = [
+        match["name"]
+        for page in sorted((PROJECT_ROOT / "docs" / "reference").glob("*.md"))
+        for match in REFERENCE_ENTRY.finditer(page.read_text(encoding="utf-8"))
+    ]
+    assert sorted(public - set(documented)) == [], "public but not in docs/reference/"
+    assert sorted(set(documented) - public) == [], "in docs/reference/ but not public"
+    assert len(documented) == len(set(documented)), "documented twice"
