@@ -308,9 +308,13 @@ class DispatchSession:
 
     # Each send_* takes exactly what its stream_* takes, and merges the parts into one result.
     send_template = collected(stream_template)
+    """`stream_template`'s arguments; awaited, one `DispatchResult` for every recipient."""
     send_basic = collected(stream_basic)
+    """`stream_basic`'s arguments; awaited, one `DispatchResult` for every recipient."""
     send_single = collected(stream_single)
+    """`stream_single`'s arguments; awaited, one `DispatchResult` for every recipient."""
     send_webhook = collected(stream_webhook)
+    """`stream_webhook`'s arguments; awaited, one `DispatchResult` for every recipient."""
 
     async def list_templates(self) -> Any:
         """The account's templates (``GET /api/v3/templates``), as the service's JSON."""
