@@ -1,11 +1,11 @@
-"""Developer tasks: `nox -s tests lint typecheck` is what CI runs; `bench` and `demo` on demand."""
+"""Developer tasks: `nox -s tests lint typecheck docs` is what CI runs; `bench`, `demo` too."""
 
 from __future__ import annotations
 
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.sessions = ["tests", "lint", "typecheck", "docs"]
 nox.options.reuse_existing_virtualenvs = True
 
 
@@ -32,8 +32,15 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site, in site/: broken links and missing references fail the build."""
+    session.install("-e", ".[docs]")
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmarks against a raw aiohttp baseline (see README, Performance)."""
+    """The benchmarks against a raw aiohttp baseline (see docs/guides/performance.md)."""
     session.install("-e", ".[test]")
     session.run("python", "benchmarks/run.py", *session.posargs)
 

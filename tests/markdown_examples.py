@@ -25,7 +25,7 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = ("README.md", "docs")
 RUN_LANGUAGES = frozenset({"python", "console"})
-SIMULATOR_SECRET = "test-secret"  # noqa: S105 - the simulator's well-known default
+SIMULATOR_SECRET = "test-secret"
 SIMULATOR_ACCOUNT = "docs"
 TIMEOUT = 120.0
 
@@ -160,9 +160,7 @@ def run_python(example: Example, workdir: Path) -> subprocess.CompletedProcess[s
     return done
 
 
-def run_console(
-    example: Example, workdir: Path, base_url: str
-) -> subprocess.CompletedProcess[str]:
+def run_console(example: Example, workdir: Path, base_url: str) -> subprocess.CompletedProcess[str]:
     """Run a console block's commands in bash, stopping at the first that fails."""
     commands = example.commands()
     if not commands:
@@ -194,7 +192,7 @@ def run_console(
 @contextlib.contextmanager
 def simulator() -> Iterator[str]:
     """``python -m dispatch_async.testing`` on a free port, as its own process: its URL."""
-    process = subprocess.Popen(  # noqa: S603 - this interpreter, our own module
+    process = subprocess.Popen(
         [sys.executable, "-m", "dispatch_async.testing", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
