@@ -1,4 +1,4 @@
-"""Developer tasks: `nox -s tests lint typecheck docs` is what CI runs; `bench`, `demo` too."""
+"""Developer tasks: CI runs `nox -s tests lint typecheck docs`; `bench` and `demo` on demand."""
 
 from __future__ import annotations
 
