@@ -16,8 +16,10 @@ import contextlib
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,21 +172,39 @@ def run_console(example: Example, workdir: Path, base_url: str) -> subprocess.Co
         # Echo each command first, so a failure's output says which one it was.
         lines.append(f"printf '%s\\n' {shlex.quote('$ ' + command)} >&2")
         lines.append(command)
-    done = subprocess.run(  # noqa: S603 - bash running the documented commands
-        ["bash", "-c", "\n".join(lines)],  # noqa: S607 - bash from PATH, as a reader has it
-        cwd=workdir,
-        env=_environment(
-            {
-                "DISPATCH_BASE_URL": base_url,
-                "DISPATCH_CLIENT_SECRET": SIMULATOR_SECRET,
-                "DISPATCH_ACCOUNT": SIMULATOR_ACCOUNT,
-            }
-        ),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
+    env = _environment(
+        {
+            "DISPATCH_BASE_URL": base_url,
+            "DISPATCH_CLIENT_SECRET": SIMULATOR_SECRET,
+            "DISPATCH_ACCOUNT": SIMULATOR_ACCOUNT,
+        }
     )
+    # Files, not pipes: a server the block starts with `&` keeps its output open, and the
+    # block is over when bash exits. Its own process group: whatever it left running is
+    # stopped afterwards, also when a command failed before the block's own clean-up.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(  # noqa: S603 - bash running the documented commands
+            ["bash", "-c", "\n".join(lines)],  # noqa: S607 - bash from PATH, as a reader has it
+            cwd=workdir,
+            env=env,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            returncode = process.wait(timeout=TIMEOUT)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(
+            process.args,
+            returncode,
+            out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"),
+        )
     _check(example, done, "a command")
     return done
 

@@ -6,8 +6,12 @@ are in tests/markdown_examples.py.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import shutil
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +51,11 @@ def test_python_example_runs_as_a_script(example: Example, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("example", CONSOLE, ids=name)
 def test_console_example_runs_against_the_simulator(example: Example, tmp_path: Path) -> None:
+    if "redis-server" in example.source and shutil.which("redis-server") is None:
+        # As tests/fleet does: CI must have it, elsewhere it is an optional install.
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide redis-server (see .ci/run)")
+        pytest.skip("redis-server is not on PATH (apt-get install -y redis-server)")
     with simulator() as url:
         run_console(example, tmp_path, url)
 
@@ -115,6 +124,29 @@ def test_a_console_block_stops_at_the_first_failing_command(tmp_path: Path) -> N
         run_console(example, tmp_path, url)
     assert (tmp_path / "in.csv").exists()
     assert not (tmp_path / "never-reached").exists()
+
+
+def test_what_a_failed_console_block_left_running_is_stopped(tmp_path: Path) -> None:
+    write_readme(tmp_path, "```console\n$ sleep 300 &\n$ echo $! > pid\n$ false\n```\n")
+    [example] = collect(tmp_path)
+    with pytest.raises(ExampleFailed):
+        run_console(example, tmp_path, "http://127.0.0.1:9")
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 10
+    while alive(pid):
+        assert time.monotonic() < deadline, "the block's background process still runs"
+        time.sleep(0.01)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie waiting for its reaper counts as stopped.
+    with contextlib.suppress(OSError):
+        return " Z " not in Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1][:3]
+    return True
 
 
 def test_a_console_block_runs_the_cli_against_the_simulator(tmp_path: Path) -> None:
