@@ -7,7 +7,8 @@ Rules (the same ones the docs state for their authors):
   runs in bash, in order, in a temp dir, with a simulator running and DISPATCH_BASE_URL,
   DISPATCH_CLIENT_SECRET and DISPATCH_ACCOUNT exported; every command must exit 0;
 - ``<!-- not-run: reason -->`` on the line before a fence skips it; any other block
-  (bash, text, toml, json, ...) is never run.
+  (bash, text, toml, json, ...) is never run;
+- every python block, not-run ones included, passes ``mypy --strict``.
 """
 
 from __future__ import annotations
@@ -126,6 +127,11 @@ def parse(path: Path) -> list[Example]:
 def collect(root: Path = PROJECT_ROOT) -> list[Example]:
     """Every block of the project's documents that the test suite runs."""
     return [example for path in markdown_files(root) for example in parse(path) if example.runs]
+
+
+def typed(root: Path = PROJECT_ROOT) -> list[Example]:
+    """Every python block, run or not: a reader copies a not-run one too, so mypy checks it."""
+    return [e for path in markdown_files(root) for e in parse(path) if e.language == "python"]
 
 
 def _environment(extra: dict[str, str]) -> dict[str, str]:

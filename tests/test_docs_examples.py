@@ -30,11 +30,13 @@ from .markdown_examples import (
     run_console,
     run_python,
     simulator,
+    typed,
 )
 
 EXAMPLES = collect()
 PYTHON = [example for example in EXAMPLES if example.language == "python"]
 CONSOLE = [example for example in EXAMPLES if example.language == "console"]
+TYPED = typed()
 
 
 def name(example: Example) -> str:
@@ -62,10 +64,10 @@ def test_console_example_runs_against_the_simulator(example: Example, tmp_path: 
 
 @pytest.fixture(scope="module")
 def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    return mypy_strict(PYTHON, tmp_path_factory.mktemp("mypy"))
+    return mypy_strict(TYPED, tmp_path_factory.mktemp("mypy"))
 
 
-@pytest.mark.parametrize("example", PYTHON, ids=name)
+@pytest.mark.parametrize("example", TYPED, ids=name)
 def test_python_example_passes_mypy_strict(
     example: Example, mypy_errors: dict[str, list[str]]
 ) -> None:
