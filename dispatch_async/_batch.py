@@ -65,7 +65,7 @@ def _optional_seconds(_: object, attribute: attrs.Attribute[Any], value: object)
 class BatchSettings:
     """How a call is split and sent; every field can be overridden per call.
 
-    ``chunk_size`` 1000 and ``max_concurrency`` 8 come from benchmarks/ (see README).
+    ``chunk_size`` 1000 and ``max_concurrency`` 8 come from the benchmarks (guides/performance.md).
     ``before_send`` is awaited with a chunk's input positions once its request is about
     to leave (after the token and rate-limit waits): a write-ahead journal records there
     what may reach the service, so after a crash at most ``max_concurrency`` chunks are

@@ -24,7 +24,7 @@ __all__ = [
     "require_redis",
 ]
 
-#: Every key the SDK writes starts with this unless told otherwise (see the README's ACL).
+#: Every key the SDK writes starts with this unless told otherwise (docs/guides/fleet.md: the ACL).
 DEFAULT_KEY_PREFIX = "dispatch-async:"
 #: Seconds to connect to, and to wait for an answer from, Redis: a dead Redis must not
 #: hold a request up for long.

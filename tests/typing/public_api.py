@@ -1,4 +1,4 @@
-"""Never run: mypy checks that the public API reads and types the way the README shows."""
+"""Never run: mypy checks that the public API reads and types the way the docs show."""
 
 from __future__ import annotations
 
