@@ -661,6 +661,9 @@ class TestResume:
         )  # fmt: skip
         try:
             await wait_for_records(out, 10, process)
+            # The first run holds its next request until the server closes: it is still
+            # running (and holding the output) however slowly the second one starts.
+            server.latency = 3600
             second = await dispatch_async(*args, "--resume", env=env)
         finally:
             process.kill()

@@ -1,6 +1,8 @@
 """One worker process of a test fleet: sends chunks until a wall-clock time, then reports.
 
-``python -m tests.fleet._worker URL REDIS_URL PREFIX RPS UNTIL INDEX`` prints one JSON line.
+``python -m tests.fleet._worker URL REDIS_URL PREFIX RPS INDEX`` prints ``ready`` once its session
+is open, then reads the wall-clock time to stop at from its standard input (so
+that a slow start on a loaded machine does not shorten the run), and prints one JSON line.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 import dispatch_async as da
 
 
-async def work(url: str, redis_url: str, prefix: str, rps: float, until: float, index: int) -> None:
+async def work(url: str, redis_url: str, prefix: str, rps: float, index: int) -> None:
     store = da.RedisTokenStore(redis_url, key_prefix=prefix)
     limiter = da.RedisRateLimiter(redis_url, requests_per_second=rps, key_prefix=prefix)
     sent = requests = failed = 0
@@ -26,6 +28,8 @@ async def work(url: str, redis_url: str, prefix: str, rps: float, until: float, 
         chunk_size=5,
         max_concurrency=4,
     ) as session:
+        print("ready", flush=True)  # noqa: T201
+        until = float(await asyncio.to_thread(sys.stdin.readline))
         batch = 0
         while time.time() < until:
             start = (index * 1_000_000) + batch * 20
@@ -39,5 +43,5 @@ async def work(url: str, redis_url: str, prefix: str, rps: float, until: float, 
 
 
 if __name__ == "__main__":
-    url, redis_url, prefix, rps, until, index = sys.argv[1:7]
-    asyncio.run(work(url, redis_url, prefix, float(rps), float(until), int(index)))
+    url, redis_url, prefix, rps, index = sys.argv[1:6]
+    asyncio.run(work(url, redis_url, prefix, float(rps), int(index)))

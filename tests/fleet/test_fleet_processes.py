@@ -55,7 +55,6 @@ def fleet_run(redis_server: str) -> FleetRun:
 
 async def _run_fleet(redis_server: str) -> FleetRun:
     async with TimedServer(client_secret="test-secret", token_lifetime=LIFETIME) as server:
-        until = time.time() + RUN_FOR
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         processes = [
             await asyncio.create_subprocess_exec(
@@ -66,15 +65,23 @@ async def _run_fleet(redis_server: str) -> FleetRun:
                 redis_server,
                 f"fleet-{os.getpid()}:",
                 str(RATE),
-                str(until),
                 str(index),
                 cwd=ROOT,
                 env=env,
+                stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
             )
             for index in range(WORKERS)
         ]
-        outputs = [await asyncio.wait_for(p.communicate(), timeout=RUN_FOR + 20) for p in processes]
+        # The window starts once every worker has started, however long that took.
+        for process in processes:
+            assert process.stdout is not None
+            line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
+            assert line == b"ready\n", line
+        until = f"{time.time() + RUN_FOR}\n".encode()
+        outputs = [
+            await asyncio.wait_for(p.communicate(until), timeout=RUN_FOR + 20) for p in processes
+        ]
         assert [p.returncode for p in processes] == [0] * WORKERS
         reports = [json.loads(out.decode().strip().splitlines()[-1]) for out, _ in outputs]
     return FleetRun(server, reports)
@@ -82,7 +89,7 @@ async def _run_fleet(redis_server: str) -> FleetRun:
 
 def test_every_worker_sent_without_failures(fleet_run: FleetRun) -> None:
     for report in fleet_run.reports:
-        assert report["sent"] > 0
+        assert report["sent"] > 0, fleet_run.reports
         assert report["failed"] == 0
     stats = fleet_run.server.stats
     assert stats.recipients_received == sum(r["sent"] for r in fleet_run.reports)
