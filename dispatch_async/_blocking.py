@@ -10,6 +10,7 @@ its own loop and session on first use and never touches its parent's.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import os
@@ -43,6 +44,10 @@ __all__ = ["DispatchClient"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
+_OWN_THREAD = (
+    "a DispatchClient cannot wait for its own event loop (this is a hook or callback "
+    "running on it): await the session's calls there instead"
+)
 _INSTALL_HINT = 'DispatchClient needs the sync extra: pip install "dispatch-async[sync]"'
 
 
@@ -55,7 +60,12 @@ def _portal_starter() -> Callable[..., AbstractContextManager[BlockingPortal]]:
 
 
 class _Loop:
-    """One session on one background event loop, in this process; started on first use."""
+    """One session on one background event loop, in this process; started on first use.
+
+    anyio's portal starts and stops the loop's thread; each call crosses to it with
+    ``asyncio.run_coroutine_threadsafe``, one round trip where the portal's own ``call``
+    makes two (see benchmarks/blocking.py).
+    """
 
     def __init__(self, make_session: Callable[[], DispatchSession]) -> None:
         self._start_portal = _portal_starter()
@@ -63,30 +73,51 @@ class _Loop:
         self.session = make_session()  # checks the arguments now, in the caller's thread
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._portal: BlockingPortal | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: int | None = None
         self._stack = ExitStack()
         self._closed = False
         _LOOPS.add(self)
 
-    def open(self) -> tuple[BlockingPortal, DispatchSession]:
-        """The portal into the running loop (started now if need be), and its session."""
-        portal = self._portal
-        if portal is not None and self._pid == os.getpid():
-            return portal, self.session
-        with self._lock:
-            if self._pid != os.getpid():
-                self._forget_parent()
-            if self._closed:
-                raise SessionClosedError("this DispatchClient is closed; create a new one")
-            if self._portal is None:
-                # One daemon thread: it never holds the interpreter's exit up.
-                portal = self._stack.enter_context(self._start_portal(name="dispatch-async"))
-                self._portal = portal
-            return self._portal, self.session
+    def open(self) -> DispatchSession:
+        """The session, its loop started now if need be."""
+        if self._loop is None or self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._forget_parent()
+                if self._closed:
+                    raise SessionClosedError("this DispatchClient is closed; create a new one")
+                if self._loop is None:
+                    # One daemon thread: it never holds the interpreter's exit up.
+                    portal = self._stack.enter_context(self._start_portal(name="dispatch-async"))
+                    self._thread = portal.call(threading.get_ident)
+                    self._loop = portal.call(asyncio.get_running_loop)
+        if threading.get_ident() == self._thread:
+            raise EventLoopError(_OWN_THREAD)
+        return self.session
 
-    def portal_of(self, pid: int) -> BlockingPortal | None:
-        """The running portal if this is still process *pid*, else None."""
-        return self._portal if pid == self._pid == os.getpid() else None
+    def run(self, coroutine: Coroutine[Any, Any, T], pid: int | None = None) -> T:
+        """Run *coroutine* on the loop and wait; an interrupted caller (Ctrl-C) cancels it.
+
+        With *pid*, refuse (EventLoopError) if this is no longer that process.
+        """
+        loop = self._loop if pid in (None, self._pid) else None
+        try:
+            if loop is None or self._pid != os.getpid():
+                raise EventLoopError(
+                    "this stream was started in another process (or its client is closed)"
+                    if pid is not None
+                    else "this DispatchClient is closed; create a new one"
+                )
+            future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        except BaseException:
+            coroutine.close()  # never started: no "never awaited" warning
+            raise
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
 
     def close(self) -> None:
         with self._lock:
@@ -95,11 +126,11 @@ class _Loop:
             if self._closed:
                 return
             self._closed = True
-            portal, self._portal = self._portal, None
-            if portal is not None:
+            if self._loop is not None:
                 try:
-                    portal.call(self.session.close)
+                    self.run(self.session.close())
                 finally:
+                    self._loop = self._thread = None
                     self._stack.close()  # stops the loop and joins its thread
 
     def after_fork_in_child(self) -> None:
@@ -110,15 +141,15 @@ class _Loop:
     def _forget_parent(self) -> None:
         from ._fork import left_by_parent
 
-        if self._portal is not None:
-            left_by_parent(self._portal, self._stack, self.session)
+        if self._loop is not None:
+            left_by_parent(self._loop, self._stack, self.session)
         self._pid = os.getpid()
-        self._portal = None
+        self._loop = self._thread = None
         self._stack = ExitStack()
         self.session = self._make_session()
 
     def __del__(self) -> None:
-        if getattr(self, "_portal", None) is not None and self._pid == os.getpid():
+        if getattr(self, "_loop", None) is not None and self._pid == os.getpid():
             warnings.warn(
                 "unclosed DispatchClient: use 'with' or close() (or keep one for the "
                 "life of the process: it closes at exit)",
@@ -150,9 +181,7 @@ def _blocking(
     """The blocking twin of a session's coroutine method: same arguments, same result."""
 
     def call(self: DispatchClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        portal, session = self._open()
-        result: T = portal.call(partial(method, session, *args, **kwargs))
-        return result
+        return self._loop.run(method(self._session(), *args, **kwargs))
 
     return update_wrapper(call, method)
 
@@ -169,8 +198,8 @@ def _iterating(
     def stream(
         self: DispatchClient, /, *args: P.args, **kwargs: P.kwargs
     ) -> Generator[DispatchResult, None, None]:
-        portal, session = self._open()
-        parts = portal.call(partial(method, session, *args, **kwargs))
+        session = self._session()
+        parts = self._loop.run(_made(partial(method, session, *args, **kwargs)))
         return _iterate(self._loop, os.getpid(), parts)
 
     return update_wrapper(stream, method)
@@ -180,23 +209,26 @@ def _iterate(
     loop: _Loop, pid: int, parts: AsyncGenerator[DispatchResult, None]
 ) -> Generator[DispatchResult, None, None]:
     try:
-        while True:
-            portal = loop.portal_of(pid)
-            if portal is None:
-                raise EventLoopError(
-                    "this stream was started in another process (or its client is closed)"
-                )
-            part = portal.call(anext, parts, None)
-            if part is None:
-                return
+        while (part := loop.run(_next(parts), pid)) is not None:
             yield part
     finally:
-        portal = loop.portal_of(pid)
-        if portal is not None:
-            # From the loop's own thread (or as it stops) this cannot wait: asyncio then
-            # closes the abandoned async generator itself.
-            with contextlib.suppress(RuntimeError):
-                portal.call(parts.aclose)
+        # In another process, or from the loop's own thread (as the garbage collector
+        # may), this cannot wait: asyncio then closes the abandoned generator itself.
+        with contextlib.suppress(EventLoopError, RuntimeError):
+            loop.run(_closed(parts), pid)
+
+
+# run_coroutine_threadsafe takes coroutines only: these wrap what the streams need.
+async def _made(make: Callable[[], T]) -> T:
+    return make()  # a stream is made on the loop: it opens the session there
+
+
+async def _next(parts: AsyncGenerator[DispatchResult, None]) -> DispatchResult | None:
+    return await anext(parts, None)
+
+
+async def _closed(parts: AsyncGenerator[DispatchResult, None]) -> None:
+    await parts.aclose()
 
 
 class DispatchClient:
@@ -283,14 +315,14 @@ class DispatchClient:
             f"<DispatchClient{view} base_url={str(session.base_url)!r} account={session.account!r}>"
         )
 
-    def _open(self) -> tuple[BlockingPortal, DispatchSession]:
-        portal, session = self._loop.open()
+    def _session(self) -> DispatchSession:
+        session = self._loop.open()
         if not self._options:
-            return portal, session
+            return session
         view = self._view
         if view is None or view[0] is not session:  # first call, or a new process
             view = self._view = (session, session.with_options(**self._options))
-        return portal, view[1]
+        return view[1]
 
     # -- lifecycle -----------------------------------------------------------------
 

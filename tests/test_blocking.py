@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -82,6 +83,42 @@ class TestCalls:
         assert simulator.server.stats.token_calls == 1
         assert simulator.server.stats.dispatch_calls == 1600
         assert len(loop_threads()) == 1
+
+
+class TestInterruptions:
+    def test_ctrl_c_cancels_the_call_on_the_loop_and_the_client_goes_on(
+        self, client: da.DispatchClient, simulator: ThreadedSimulator
+    ) -> None:
+        assert client.send_basic(numbers(1), text="x").ok
+        simulator.script(Fault.hang())
+
+        def interrupt_once_in_flight() -> None:
+            simulator.portal.call(
+                lambda: simulator.server.wait_until(lambda: bool(simulator.server.in_flight))
+            )
+            # A real SIGINT, as Ctrl-C sends: it interrupts the wait itself.
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+        helper = threading.Thread(target=interrupt_once_in_flight)
+        helper.start()
+        with pytest.raises(KeyboardInterrupt):
+            client.send_basic(numbers(1, 1), text="hangs")
+        helper.join()
+        # The request was cancelled on the loop, not left running.
+        simulator.portal.call(
+            lambda: simulator.server.wait_until(lambda: not (simulator.server.in_flight))
+        )
+        assert client.send_basic(numbers(1, 2), text="x").ok
+
+    def test_a_callback_on_the_clients_loop_cannot_wait_for_it(
+        self, client: da.DispatchClient
+    ) -> None:
+        async def before_send(positions: range) -> None:
+            client.list_templates()  # would wait for the loop it is running on
+
+        with pytest.raises(da.CallbackError) as caught:
+            client.send_basic(numbers(1), text="x", before_send=before_send)
+        assert isinstance(caught.value.__cause__, da.EventLoopError)
 
 
 class TestStreams:
