@@ -2,10 +2,11 @@
 
 A blocking call cannot start an event loop of its own each time (a new loop means a new
 session, so a new token, per call) nor reuse a session across loops. The client runs
-one `DispatchSession` on one event loop in a background thread, per process, and hands
-each call to it through anyio's ``BlockingPortal``: every thread shares one token and
-one connection pool. A forked child (Celery's prefork pool, ``multiprocessing``) starts
-its own loop and session on first use and never touches its parent's.
+one `DispatchSession` on one event loop in a background thread (started and stopped by
+anyio's ``BlockingPortal``), per process, and hands each call to it: every thread shares
+one token and one connection pool. A forked child (Celery's prefork pool,
+``multiprocessing``) starts its own loop and session on first use and never touches its
+parent's.
 """
 
 from __future__ import annotations
@@ -92,23 +93,21 @@ class _Loop:
                     portal = self._stack.enter_context(self._start_portal(name="dispatch-async"))
                     self._thread = portal.call(threading.get_ident)
                     self._loop = portal.call(asyncio.get_running_loop)
-        if threading.get_ident() == self._thread:
-            raise EventLoopError(_OWN_THREAD)
         return self.session
 
     def run(self, coroutine: Coroutine[Any, Any, T], pid: int | None = None) -> T:
         """Run *coroutine* on the loop and wait; an interrupted caller (Ctrl-C) cancels it.
 
-        With *pid*, refuse (EventLoopError) if this is no longer that process.
+        With *pid* (a stream's), refuse to go on in any other process.
         """
-        loop = self._loop if pid in (None, self._pid) else None
+        loop = self._loop
         try:
-            if loop is None or self._pid != os.getpid():
-                raise EventLoopError(
-                    "this stream was started in another process (or its client is closed)"
-                    if pid is not None
-                    else "this DispatchClient is closed; create a new one"
-                )
+            if pid is not None and not pid == self._pid == os.getpid():
+                raise EventLoopError("this stream was started in another process")
+            if loop is None:
+                raise SessionClosedError("this DispatchClient is closed; create a new one")
+            if threading.get_ident() == self._thread:
+                raise EventLoopError(_OWN_THREAD)  # waiting here would wait forever
             future = asyncio.run_coroutine_threadsafe(coroutine, loop)
         except BaseException:
             coroutine.close()  # never started: no "never awaited" warning
@@ -120,6 +119,8 @@ class _Loop:
             raise
 
     def close(self) -> None:
+        if threading.get_ident() == self._thread:
+            raise EventLoopError(_OWN_THREAD)
         with self._lock:
             if self._pid != os.getpid():
                 self._forget_parent()
@@ -212,9 +213,9 @@ def _iterate(
         while (part := loop.run(_next(parts), pid)) is not None:
             yield part
     finally:
-        # In another process, or from the loop's own thread (as the garbage collector
-        # may), this cannot wait: asyncio then closes the abandoned generator itself.
-        with contextlib.suppress(EventLoopError, RuntimeError):
+        # In another process, after the client closed, or from the loop's own thread (as
+        # the garbage collector may): asyncio closes an abandoned generator itself.
+        with contextlib.suppress(EventLoopError, SessionClosedError):
             loop.run(_closed(parts), pid)
 
 

@@ -166,8 +166,7 @@ class DispatchSession:
         view._owns = False
         if timeout is not None:
             view._timeout = client_timeout(timeout)
-        if retry is not None:
-            view.retry = retry
+        view.retry = self.retry if retry is None else retry
         if batch:
             view.settings = attrs.evolve(self.settings, **batch)
         return view
