@@ -21,7 +21,7 @@ from .conftest import SECRET, numbers
 from .simulator_thread import ThreadedSimulator, simulator_in_thread
 
 # Python 3.12+ warns on any fork of a process with threads; these forks are the point.
-FORK_WARNING = "ignore:.*multi-threaded.*fork:DeprecationWarning"
+FORK_WARNING = "ignore:This process:DeprecationWarning"
 
 
 @pytest.fixture
@@ -290,7 +290,7 @@ class TestFork:
             """
         )
         done = subprocess.run(  # noqa: S603 - our interpreter, our script
-            [sys.executable, "-W", "default", "-c", script],
+            [sys.executable, "-W", "default", "-W", FORK_WARNING, "-c", script],
             capture_output=True,
             text=True,
             timeout=30,

@@ -10,6 +10,7 @@ import pytest
 
 from ..conftest import SECRET
 from ..simulator_thread import simulator_in_thread
+from ..test_blocking import FORK_WARNING
 
 
 def test_a_forked_child_opens_its_own_redis_connections_and_the_parent_goes_on(
@@ -41,7 +42,15 @@ def test_a_forked_child_opens_its_own_redis_connections_and_the_parent_goes_on(
     )
     with simulator_in_thread() as simulator:
         done = subprocess.run(  # noqa: S603 - our interpreter, our script
-            [sys.executable, "-W", "default", "-c", script.replace("{url!r}", repr(simulator.url))],
+            [
+                sys.executable,
+                "-W",
+                "default",
+                "-W",
+                FORK_WARNING,
+                "-c",
+                script.replace("{url!r}", repr(simulator.url)),
+            ],
             capture_output=True,
             text=True,
             timeout=30,

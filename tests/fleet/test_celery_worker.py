@@ -17,6 +17,7 @@ import redis
 
 from ..conftest import numbers
 from ..simulator_thread import simulator_in_thread
+from ..test_blocking import FORK_WARNING
 
 celery = pytest.importorskip("celery")
 
@@ -39,7 +40,9 @@ def worker_run(
             "DISPATCH_TEST_PLAIN_URL": plain.url,
             "DISPATCH_TEST_SHARED_URL": shared.url,
             "DISPATCH_TEST_PREFIX": prefix,
-            "PYTHONWARNINGS": "default",  # every warning shown once, ResourceWarning too
+            # Every warning shown once, ResourceWarning too; but not Python 3.12's about
+            # forking a process with threads: forking is what the prefork pool does.
+            "PYTHONWARNINGS": f"default,{FORK_WARNING}",
         }
         queue = f"dispatch-test-{uuid.uuid4().hex[:8]}"
         with log.open("w") as out:
