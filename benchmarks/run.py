@@ -53,6 +53,8 @@ class Plan:
     soak_seconds: float = 60.0
     soak_lifetime: float = 5.0
     import_reps: int = 9
+    blocking_calls: int = 2000
+    blocking_reps: int = 5
 
     @classmethod
     def quick(cls) -> Plan:
@@ -71,6 +73,8 @@ class Plan:
             import_reps=3,
             cli_rows=30_000,
             cli_reps=2,
+            blocking_calls=300,
+            blocking_reps=2,
         )
 
 
@@ -324,6 +328,16 @@ def phase_cli(plan: Plan, srv: Server) -> dict[str, Any]:
     return cli.measure(srv.url, plan.cli_rows, plan.cli_reps)
 
 
+def phase_blocking(plan: Plan, srv: Server) -> dict[str, Any]:
+    log(
+        f"blocking client vs session: {plan.blocking_calls:,} small calls x "
+        f"{plan.blocking_reps} interleaved pairs"
+    )
+    import blocking
+
+    return blocking.measure(srv.url, plan.blocking_calls, plan.blocking_reps)
+
+
 def phase_startup(plan: Plan) -> dict[str, Any]:
     log(f"start-up: import times x {plan.import_reps} interleaved")
     times: dict[str, list[float]] = {"aiohttp": [], "dispatch_async": []}
@@ -534,6 +548,28 @@ def cli_rows(c: dict[str, Any]) -> list[Row]:
     ]
 
 
+def blocking_rows(b: dict[str, Any]) -> list[Row]:
+    wall, cpu, overhead = b["wall_ms"], b["cpu_ms"], b["overhead_ms"]
+    return [
+        row(
+            "blocking client: ms per small call, client / session",
+            f"{rng(wall['client'])} / {rng(wall['session'])}",
+            "info",
+        ),
+        row(
+            "blocking client: overhead per call, ms",
+            rng(overhead),
+            "<= 0.3 ms",
+            overhead["median"] <= 0.3,
+        ),
+        row(
+            "blocking client: CPU ms per call, client / session",
+            f"{rng(cpu['client'])} / {rng(cpu['session'])}",
+            "info",
+        ),
+    ]
+
+
 def table(results: dict[str, Any]) -> list[Row]:
     """[figure, value, target, pass/MISS] rows for whatever phases ran."""
     rows: list[Row] = []
@@ -551,6 +587,8 @@ def table(results: dict[str, Any]) -> list[Row]:
         rows += token_rows(results["tokens"])
     if results.get("cli"):
         rows += cli_rows(results["cli"])
+    if results.get("blocking"):
+        rows += blocking_rows(results["blocking"])
     if results.get("startup"):
         rows += startup_rows(results["startup"])
     return rows
@@ -594,7 +632,7 @@ def _version(distribution: str) -> str | None:
 
 # -- main ----------------------------------------------------------------------------
 
-PHASES = ("overhead", "server", "grid", "memory", "cli", "tokens", "startup")
+PHASES = ("overhead", "server", "grid", "memory", "cli", "blocking", "tokens", "startup")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -634,6 +672,8 @@ def main(argv: list[str] | None = None) -> int:
             results["memory"] = phase_memory(plan, srv)
         if "cli" in phases:
             results["cli"] = phase_cli(plan, srv)
+        if "blocking" in phases:
+            results["blocking"] = phase_blocking(plan, srv)
     if "tokens" in phases:
         results["tokens"] = phase_tokens(plan)
     if "startup" in phases:

@@ -1,9 +1,11 @@
 """dispatch-async: an asyncio client for the bulk message-dispatch API.
 
-Start with ``DispatchSession``; ``dispatch_async.testing`` has a local simulator.
+Start with ``DispatchSession`` (``DispatchClient`` from synchronous code);
+``dispatch_async.testing`` has a local simulator.
 """
 
 from ._batch import BatchOptions, BatchSettings
+from ._blocking import DispatchClient
 from ._exceptions import (
     AuthenticationError,
     CallbackError,
@@ -63,6 +65,7 @@ __all__ = [
     "ConnectError",
     "ConnectionLostError",
     "DeadlineExceededError",
+    "DispatchClient",
     "DispatchError",
     "DispatchResult",
     "DispatchSession",

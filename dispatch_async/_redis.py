@@ -6,6 +6,7 @@ only when a fleet feature is used, so ``import dispatch_async`` works without it
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
@@ -87,9 +88,12 @@ class RedisClient:
         require_redis(feature)
         self.url = check_url(redis_url)
         self._client: redis.asyncio.Redis | None = None
+        self._pid = os.getpid()
 
     def get(self) -> redis.asyncio.Redis:
-        """The client, created now if need be."""
+        """The client, created now if need be (and anew in a forked child)."""
+        if self._pid != os.getpid():
+            self._forget_parent()
         if self._client is None:
             import redis.asyncio
 
@@ -102,6 +106,17 @@ class RedisClient:
 
     async def aclose(self) -> None:
         """Close the connections; a later `get` makes a new client."""
+        if self._pid != os.getpid():
+            self._forget_parent()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
+
+    def _forget_parent(self) -> None:
+        # The parent's connections are its own: neither used nor closed here.
+        from ._fork import left_by_parent
+
+        if self._client is not None:
+            left_by_parent(self._client)
+        self._client = None
+        self._pid = os.getpid()

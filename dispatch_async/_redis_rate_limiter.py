@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import time
 from fractions import Fraction
@@ -96,6 +97,7 @@ class RedisRateLimiter:
         # N requests per M seconds, whole numbers both: the form `limits` counts in.
         rate = Fraction(self.requests_per_second).limit_denominator(1000)
         self._amount, self._seconds = rate.numerator, rate.denominator
+        self._pid = os.getpid()
         self._limiter: Any = None
         self._pool: Any = None
         self._item: Any = None
@@ -134,6 +136,7 @@ class RedisRateLimiter:
 
     async def acquire(self) -> None:
         """Return when this process may send one request."""
+        self._start_afresh_after_fork()
         if self._pace is None:
             self._pace = steady_limiter(self.requests_per_second)
         await self._pace.acquire()
@@ -180,8 +183,18 @@ class RedisRateLimiter:
             self._local = steady_limiter(self.local_requests_per_second)
         return self._local
 
+    def _start_afresh_after_fork(self) -> None:
+        # A forked child neither uses nor closes its parent's connections and pacing.
+        if self._pid != os.getpid():
+            from ._fork import left_by_parent
+
+            left_by_parent(self._pool, self._limiter, self._pace, self._local)
+            self._pool = self._limiter = self._pace = self._local = None
+            self._pid = os.getpid()
+
     async def aclose(self) -> None:
         """Close the connections to Redis; the limiter may be used again afterwards."""
+        self._start_afresh_after_fork()
         pool, self._pool, self._limiter = self._pool, None, None
         if pool is not None:
             await pool.aclose()

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import enum
-import logging
-import os
 import platform
 import warnings
 from collections.abc import AsyncGenerator, Callable, Iterable
@@ -19,6 +18,7 @@ from . import _instrument
 from ._auth import Secret, TokenEndpoint, TokenKeeper
 from ._batch import STOPS_THE_JOB, Batcher, BatchSettings, Flight, collected
 from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, envelope
+from ._environment import settings_from_env
 from ._exceptions import (
     CallbackError,
     ConfigurationError,
@@ -34,7 +34,7 @@ from ._retry import RetryPolicy, parse_retry_after, retrying
 from ._screen import without_unencodable
 from ._throttle import Limiter, Throttle
 from ._token_store import TokenStore
-from ._transport import Transport, check_base_url, has_control_characters
+from ._transport import Transport, check_base_url, client_timeout, has_control_characters
 from ._version import __version__
 from ._wire import Envelope, UnencodableError, decode_answer, decode_json, encode_dispatch
 from .instrumentation import Hook
@@ -46,8 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DispatchSession"]
 
-log = logging.getLogger("dispatch_async")
-
 USER_AGENT = (
     f"dispatch-async/{__version__} aiohttp/{aiohttp.__version__} python/{platform.python_version()}"
 )
@@ -55,7 +53,8 @@ _NOTHING_SENT: dict[str, list[Any]] = {"validMessages": [], "invalidMessages": [
 _OTHER_LOOP = (
     "this DispatchSession was opened on another event loop (each asyncio.run() starts a new "
     "one, and so does every thread): open one session per event loop, inside it, e.g. "
-    "`async with DispatchSession(...)` in the coroutine that asyncio.run() runs"
+    "`async with DispatchSession(...)` in the coroutine that asyncio.run() runs; from "
+    "synchronous code or threads, use one DispatchClient instead"
 )
 
 
@@ -63,6 +62,13 @@ class _State(enum.Enum):
     UNOPENED = "unopened"
     OPEN = "open"
     CLOSED = "closed"
+
+
+class _Lifecycle:
+    """Whether a session is open, and on which loop: shared by the session and its views."""
+
+    state = _State.UNOPENED
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 class DispatchSession:
@@ -81,6 +87,7 @@ class DispatchSession:
     The batcher settings (``chunk_size``, ``max_concurrency``, ``dedupe``,
     ``prevalidate``, ``region``, ``deadline``, ``on_progress``) can be overridden per call.
     ``hooks`` (see `dispatch_async.instrumentation`) replace the global hooks for this session.
+    `with_options` gives a view with another timeout, retry policy or batch settings.
     """
 
     def __init__(
@@ -114,8 +121,9 @@ class DispatchSession:
         agent = user_agent or USER_AGENT
         if has_control_characters(agent):
             raise ConfigurationError("user_agent must not contain control characters")
+        self._timeout = client_timeout(timeout)
         self._transport = Transport(
-            self.base_url, timeout=_timeout(timeout), user_agent=agent, http_session=http_session
+            self.base_url, timeout=self._timeout, user_agent=agent, http_session=http_session
         )
         self._hooks = None if hooks is None else tuple(hooks)
         watch = _instrument.TokenWatch(self._hooks)
@@ -123,8 +131,8 @@ class DispatchSession:
         self._tokens = TokenKeeper(
             watch.fetching(endpoint.fetch), store=token_store, on_token=watch.kept
         )
-        self._state = _State.UNOPENED
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._life = _Lifecycle()
+        self._owns = True  # False in a view: the session it was made from owns it all
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> DispatchSession:
@@ -132,29 +140,36 @@ class DispatchSession:
 
         Keyword arguments override the environment and are passed on.
         """
-        settings: dict[str, Any] = {}
-        for name, variable in (
-            ("base_url", "DISPATCH_BASE_URL"),
-            ("client_secret", "DISPATCH_CLIENT_SECRET"),
-            ("account", "DISPATCH_ACCOUNT"),
-        ):
-            value = os.environ.get(variable)
-            if value:
-                settings[name] = value
-        settings.update(kwargs)
-        for name, variable in (
-            ("base_url", "DISPATCH_BASE_URL"),
-            ("client_secret", "DISPATCH_CLIENT_SECRET"),
-        ):
-            if name not in settings:
-                raise ConfigurationError(f"{variable} is not set (or pass {name}=)")
-        return cls(settings.pop("base_url"), **settings)
+        base_url, settings = settings_from_env(kwargs)
+        return cls(base_url, **settings)
 
     def __repr__(self) -> str:
         return (
-            f"<DispatchSession {self._state.value} base_url={str(self.base_url)!r} "
-            f"account={self.account!r}>"
+            f"<DispatchSession{'' if self._owns else ' view'} {self._life.state.value} "
+            f"base_url={str(self.base_url)!r} account={self.account!r}>"
         )
+
+    def with_options(
+        self,
+        *,
+        timeout: float | aiohttp.ClientTimeout | None = None,
+        retry: RetryPolicy | None = None,
+        **batch: Unpack[BatchOptions],
+    ) -> DispatchSession:
+        """This session with another request timeout, retry policy or batch settings.
+
+        The view shares the session's token (fetched under the session's own policy),
+        connection pool, rate limit and hooks, and costs one shallow copy, so a web
+        handler can make one per request. Closing a view does nothing: close the session.
+        """
+        view = copy.copy(self)
+        view._owns = False
+        if timeout is not None:
+            view._timeout = client_timeout(timeout)
+        view.retry = self.retry if retry is None else retry
+        if batch:
+            view.settings = attrs.evolve(self.settings, **batch)
+        return view
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -178,24 +193,25 @@ class DispatchSession:
             raise EventLoopError(
                 "a DispatchSession is used from a coroutine (no event loop is running)"
             ) from None
-        if self._state is _State.OPEN:
-            if loop is not self._loop:
+        life = self._life
+        if life.state is _State.OPEN:
+            if loop is not life.loop:
                 raise EventLoopError(_OTHER_LOOP)
             return
-        if self._state is _State.CLOSED:
+        if life.state is _State.CLOSED:
             raise SessionClosedError("this session is closed; create a new one")
         self._transport.open()
         self._tokens.start()
-        self._loop = loop
-        self._state = _State.OPEN
+        life.loop = loop
+        life.state = _State.OPEN
 
     async def close(self) -> None:
-        """Stop the token refresh and close the HTTP pool. Safe to call twice."""
-        if self._state is _State.CLOSED:
+        """Stop the token refresh and close the HTTP pool. Safe to call twice; a no-op on a view."""
+        if not self._owns or self._life.state is _State.CLOSED:
             return
-        if self._state is _State.OPEN:
+        if self._life.state is _State.OPEN:
             self._open()  # on another loop, its tasks and sockets cannot be closed here
-        self._state = _State.CLOSED
+        self._life.state = _State.CLOSED
         await self._tokens.close()
         await self._transport.close()
         for shared in (self._token_store, self._rate_limiter):
@@ -203,7 +219,7 @@ class DispatchSession:
                 await shared.aclose()
 
     def __del__(self) -> None:
-        if getattr(self, "_state", None) is _State.OPEN:
+        if getattr(self, "_owns", False) and self._life.state is _State.OPEN:
             warnings.warn(
                 f"unclosed {self!r}: use 'async with' or await close()",
                 ResourceWarning,
@@ -409,7 +425,9 @@ class DispatchSession:
             flight.in_request = True
             flight.requests += 1
             try:
-                answer = await self._transport.request(method, path, headers=headers, data=body)
+                answer = await self._transport.request(
+                    method, path, headers=headers, data=body, request_timeout=self._timeout
+                )
             finally:
                 flight.in_request = False
             if answer.status == 200:
@@ -433,11 +451,3 @@ class DispatchSession:
                 _instrument.paused(self._hooks, answer.status, pause)
             raise error
         raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _timeout(timeout: float | aiohttp.ClientTimeout) -> aiohttp.ClientTimeout:
-    if isinstance(timeout, aiohttp.ClientTimeout):
-        return timeout
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ConfigurationError("timeout must be a positive number of seconds or a ClientTimeout")
-    return aiohttp.ClientTimeout(total=timeout, connect=min(float(timeout), 10.0))

@@ -26,7 +26,14 @@ from ._exceptions import (
     SessionClosedError,
 )
 
-__all__ = ["MAX_ANSWER_BYTES", "Answer", "Transport", "check_base_url", "has_control_characters"]
+__all__ = [
+    "MAX_ANSWER_BYTES",
+    "Answer",
+    "Transport",
+    "check_base_url",
+    "client_timeout",
+    "has_control_characters",
+]
 
 #: The most of one answer the SDK reads: a dispatch answer is ~100 bytes per recipient.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
@@ -61,6 +68,15 @@ def check_base_url(base_url: str | URL) -> URL:
     if url.query_string or url.fragment:
         raise ConfigurationError("base_url must not have a query or fragment")
     return url.with_path(url.path.rstrip("/"))
+
+
+def client_timeout(timeout: float | aiohttp.ClientTimeout) -> aiohttp.ClientTimeout:
+    """Seconds for one whole request (connecting at most 10 of them), or a ClientTimeout as is."""
+    if isinstance(timeout, aiohttp.ClientTimeout):
+        return timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ConfigurationError("timeout must be a positive number of seconds or a ClientTimeout")
+    return aiohttp.ClientTimeout(total=timeout, connect=min(float(timeout), 10.0))
 
 
 def _is_loopback(host: str) -> bool:
@@ -117,8 +133,12 @@ class Transport:
         *,
         headers: Mapping[str, str],
         data: bytes | Mapping[str, str] | None = None,
+        request_timeout: aiohttp.ClientTimeout | None = None,
     ) -> Answer:
-        """Send one request and read the whole answer (at most MAX_ANSWER_BYTES)."""
+        """Send one request and read the whole answer (at most MAX_ANSWER_BYTES).
+
+        *request_timeout* replaces the transport's own timeout for this request.
+        """
         session = self._session
         if session is None:
             raise SessionClosedError("the session is not open")
@@ -132,7 +152,7 @@ class Transport:
                 data=data if body is None else body,
                 headers=headers,
                 allow_redirects=False,
-                timeout=self._timeout,
+                timeout=request_timeout or self._timeout,
                 # A caller's shared ClientSession may raise for statuses: we read them.
                 raise_for_status=False,
             ) as response:

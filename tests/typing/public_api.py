@@ -85,3 +85,31 @@ async def instrumented(registry: object) -> None:
     async with da.DispatchSession("https://api.example.com", client_secret="s", hooks=current):
         pass
     instrumentation.set_hooks(None)
+
+
+def blocking(rows: list[dict[str, object]]) -> None:
+    with da.DispatchClient.from_env(chunk_size=500) as client:
+        result: da.DispatchResult = client.send_template(
+            ["+5511987654321"], template_id="pix_reminder"
+        )
+        print(result.summary(), client.list_templates())
+        quick: da.DispatchClient = client.with_options(
+            timeout=2.0, retry=da.RetryPolicy(attempts=1), deadline=5.0
+        )
+        quick.send_basic(["+5511987654321"], text="x", account="other")
+        with contextlib.closing(client.stream_basic(rows, text="Olá")) as parts:
+            for part in parts:
+                covered: range = part.positions
+                print(covered)
+        client.send_single(["+5511987654321"], text=1)  # type: ignore[arg-type]
+    da.DispatchClient(
+        "https://api.example.com",
+        client_secret="s",
+        http_session=None,  # type: ignore[call-arg]
+    )
+
+
+async def per_call_options(session: da.DispatchSession) -> None:
+    web: da.DispatchSession = session.with_options(timeout=2.0, deadline=5.0)
+    await web.send_basic(["+5511987654321"], text="x")
+    session.with_options(chunk_size="big")  # type: ignore[arg-type]

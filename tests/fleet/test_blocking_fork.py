@@ -1,0 +1,66 @@
+"""A blocking client with a Redis token store and rate limit, used before a fork and after."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ..conftest import SECRET
+from ..simulator_thread import simulator_in_thread
+from ..test_blocking import FORK_WARNING
+
+
+def test_a_forked_child_opens_its_own_redis_connections_and_the_parent_goes_on(
+    redis_server: str, prefix: str
+) -> None:
+    # Run as a script: the child leaves through the interpreter's own shutdown.
+    script = textwrap.dedent(
+        f"""
+        import logging, os, sys
+        import dispatch_async as da
+        logging.basicConfig(level=logging.WARNING)
+        client = da.DispatchClient(
+            {{url!r}}, client_secret={SECRET!r}, account="acme",
+            token_store=da.RedisTokenStore({redis_server!r}, key_prefix={prefix!r}),
+            rate_limiter=da.RedisRateLimiter(
+                {redis_server!r}, requests_per_second=500, key_prefix={prefix!r}
+            ),
+        )
+        assert client.send_basic(["+5511987654321"], text="parent").ok
+        if os.fork() == 0:
+            for n in range(3):
+                assert client.send_basic([f"+551198765430{{n}}"], text="child").ok
+            sys.exit(0)
+        _, status = os.wait()
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        assert client.send_basic(["+5511987654322"], text="parent again").ok
+        print("parent ok")
+        """
+    )
+    with simulator_in_thread() as simulator:
+        done = subprocess.run(  # noqa: S603 - our interpreter, our script
+            [
+                sys.executable,
+                "-W",
+                "default",
+                "-W",
+                FORK_WARNING,
+                "-c",
+                script.replace("{url!r}", repr(simulator.url)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "parent ok\n"
+        assert done.stderr == "", done.stderr  # no warning: no unreachable store, no leak
+        assert simulator.server.stats.token_calls == 1  # the child adopted the shared token
+        assert simulator.server.stats.dispatch_calls == 5
+
+
+pytestmark = pytest.mark.filterwarnings("error")
