@@ -282,6 +282,7 @@ def _input(options: dict[str, Any]) -> InputSpec:
         format=options["input_format"],
         number_column=options["number_column"],
         columns=tuple(columns.split(",")) if columns else None,
+        delimiter=options["delimiter"],
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from .csv_input import DELIMITERS
 from .spec import DEFAULTS, Connection
 
 __all__ = [
@@ -157,6 +158,12 @@ send_options = _options(
         help="CSV column with the phone number; every other column becomes a var.",
     ),
     click.option(
+        "--delimiter",
+        metavar="SEP",
+        callback=lambda _ctx, _param, value: _delimiter(value),
+        help="CSV separator: , ; | or tab (default: the one that splits the header most).",
+    ),
+    click.option(
         "--columns",
         metavar="NAME,NAME,...",
         help="Column names for a CSV without a header row (its first line is then a row).",
@@ -231,6 +238,15 @@ send_options = _options(
     prefix_option,
     progress_every_option,
 )
+
+
+def _delimiter(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = {"tab": "\t", "\\t": "\t"}.get(value.lower(), value)
+    if value not in DELIMITERS:
+        raise click.BadParameter("expected one of , ; | tab", param_hint="--delimiter")
+    return value
 
 
 def _client_secret(path: Path | None) -> str | None:

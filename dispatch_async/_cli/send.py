@@ -304,6 +304,7 @@ async def run_send(spec: JobSpec) -> int:
                 finally:
                     progress.close()
                     files.finish(complete=ended_normally and job.complete)
+            job.tally.empty = rows.empty
             return _conclude(spec, job, recorded, ended)
     except OSError as exc:
         raise Problem(f"cannot write {spec.output}: {exc.strerror or exc}", FAILED) from None

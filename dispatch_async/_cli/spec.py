@@ -201,20 +201,27 @@ class InputSpec:
     format: Format = "auto"
     number_column: str = "number"
     columns: tuple[str, ...] | None = None
+    delimiter: str | None = None
 
     def open(self) -> Rows:
         """The rows of the input (Problem if it cannot be read)."""
         try:
             rows = open_rows(
-                self.path, self.format, number_column=self.number_column, columns=self.columns
+                self.path,
+                self.format,
+                number_column=self.number_column,
+                columns=self.columns,
+                delimiter=self.delimiter,
             )
         except InputProblem as exc:
             raise Problem(f"{self.path}: {exc}") from None
         except OSError as exc:
             raise Problem(f"cannot read {self.path}: {exc.strerror}") from None
-        if rows.kind == "jsonl" and (self.columns is not None or self.number_column != "number"):
+        if rows.kind == "jsonl" and (
+            self.columns is not None or self.number_column != "number" or self.delimiter
+        ):
             rows.close()
-            raise Problem("--columns and --number-column apply to CSV input only")
+            raise Problem("--columns, --number-column and --delimiter apply to CSV input only")
         return rows
 
 
