@@ -13,7 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
 import click
+from click.core import ParameterSource
 
 import dispatch_async as da
 import dispatch_async.testing
@@ -29,6 +31,7 @@ from .options import (
     verbose_option,
 )
 from .plan import run_plan
+from .resume import job_options, resumed
 from .send import run_send
 from .spec import (
     Display,
@@ -70,13 +73,33 @@ def cli() -> None:
     """
 
 
-@cli.group()
-def send() -> None:
+@cli.group(invoke_without_command=True)
+@send_options
+@click.pass_context
+def send(ctx: click.Context, /, **options: Any) -> None:
     """Send to every recipient of a CSV or JSONL file, one result line per input line.
 
     The connection comes from DISPATCH_BASE_URL, DISPATCH_CLIENT_SECRET and
     DISPATCH_ACCOUNT (or --base-url, --client-secret-file, --account).
+
+    `send --resume -o FILE` continues a stopped job with the options it was started
+    with; a flag given again must match them.
     """
+    given = [
+        p.opts[-1]
+        for p in ctx.command.params
+        if p.name and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
+    ]
+    if ctx.invoked_subcommand is not None:
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: give the options after the endpoint")
+        return
+    if not options["resume"] or not options["output"]:
+        raise click.UsageError(
+            "name the endpoint (send template|basic|single|webhook ...), or continue a job "
+            "with: send --resume -o FILE"
+        )
+    _send(None, options)
 
 
 @send.command("template")
@@ -286,13 +309,21 @@ def _input(options: dict[str, Any]) -> InputSpec:
     )
 
 
-def _send(target: Target, options: dict[str, Any]) -> None:
+def _send(target: Target | None, options: dict[str, Any]) -> None:
+    if options["resume"] and options["output"] and not options["queue"]:
+        try:
+            target, options = resumed(click.get_current_context(), target, options)
+        except Problem as problem:
+            raise _UsageFailure(problem.message) from None
+    assert target is not None
+    if not options["input_path"]:
+        raise click.UsageError("Missing option '-i' / '--input'.")
     if options["queue"]:
         _enqueue(target, options)
         return
     if options["job"]:
         raise click.UsageError("--job goes with --queue")
-    spec = _spec(target, options)
+    spec = attrs.evolve(_spec(target, options), job_options=job_options(target, options))
     if options["dry_run"]:
         _exit(lambda: asyncio.run(run_plan(spec, sys.stdout)))
     else:

@@ -133,9 +133,8 @@ send_options = _options(
         "-i",
         "--input",
         "input_path",
-        required=True,
         type=click.Path(exists=True, dir_okay=False, allow_dash=True),
-        help="CSV or JSONL recipients; - for stdin.",
+        help="CSV or JSONL recipients; - for stdin. (Required, except with --resume.)",
     ),
     click.option(
         "-o",
@@ -171,7 +170,8 @@ send_options = _options(
     click.option(
         "--resume",
         is_flag=True,
-        help="Continue the job that wrote --output: skip every recorded line.",
+        help="Continue the job that wrote --output with its options (from its journal): "
+        "skip every recorded line.",
     ),
     click.option(
         "--resend-maybe-sent",

@@ -22,6 +22,8 @@ import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
+import orjson
+
 import dispatch_async as da
 
 from .input import Row, count_lines, line_bound
@@ -260,7 +262,8 @@ async def run_send(spec: JobSpec) -> int:
         raise Problem("no account: set DISPATCH_ACCOUNT or pass --account")
     session = spec.connection.session(requests_per_second=spec.connection.rate)
     rows = spec.input.open()
-    files = JobFiles(spec.output, max_line=line_bound(spec.input.path))
+    stored = None if spec.job_options is None else orjson.dumps(spec.job_options)
+    files = JobFiles(spec.output, max_line=line_bound(spec.input.path), options=stored)
     job = SendJob(spec, files)
     try:
         async with session:

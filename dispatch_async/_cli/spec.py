@@ -252,6 +252,8 @@ class JobSpec:
     resume: bool = False
     resend_maybe_sent: bool = False
     display: Display = Display()
+    #: What the journal of a new job stores, for ``--resume`` without flags.
+    job_options: dict[str, Any] | None = None
 
 
 def dedupe_key(settings: SendSettings) -> Callable[[str], str] | None:
