@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatch_async.testing import FakeDispatchServer, Fault
+from dispatch_async.testing import FakeDispatchServer
 from tests import test_cli
 from tests.test_cli import (
     COMMAND,
@@ -25,7 +25,6 @@ from tests.test_cli import (
     has_journal,
     numbers,
     outcomes,
-    records,
     wait_for_records,
     write_csv,
 )
@@ -191,3 +190,144 @@ class TestEmptyRows:
         assert "skipped 3 empty rows" in run.stderr
         assert "line 8" not in run.stderr
         assert server.stats.recipients_received == 4
+
+
+# -- resume without retyping -----------------------------------------------------------
+
+
+def excel_export(path: Path, count: int, *, empty_rows: int = 3) -> dict[int, str]:
+    """A pt-BR Excel export of *count* contacts (BOM, CRLF, ';'); its numbers by line."""
+    by_line = {line: number for line, number in enumerate(numbers(count), 2)}
+    rows = "".join(
+        f"Cliente {line};{number};São Paulo;observação {line}\r\n"
+        for line, number in by_line.items()
+    )
+    text = "Nome;Telefone;Cidade;Observação\r\n" + rows + ";;;\r\n" * empty_rows
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    return by_line
+
+
+async def interrupted(
+    server: FakeDispatchServer, env: dict[str, str], *args: str | Path, after: int
+) -> None:
+    """Run *args*, Ctrl-C it once *after* records are written, wait for it to stop."""
+    out = Path(args[args.index("-o") + 1])
+    server.latency = 0.02
+    process = await asyncio.create_subprocess_exec(
+        *COMMAND, *map(str, args),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    await wait_for_records(out, after, process)
+    process.send_signal(signal.SIGINT)
+    async with asyncio.timeout(20):
+        await process.wait()
+    server.latency = 0
+    assert process.returncode == 1, "stopped before the end"
+    assert has_journal(out)
+
+
+class TestResumeWithoutFlags:
+    async def test_a_stopped_job_continues_from_its_journal_and_sends_nothing_twice(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = tmp_path / "contatos.csv"
+        expected = excel_export(source, 2000)
+        out = tmp_path / "r.jsonl"
+        await interrupted(
+            server, env,
+            "send", "template", "--template-id", "pix", "-i", source, "-o", out,
+            "--number-column", "telefone", "--chunk-size", "20", "--concurrency", "2",
+            after=100,
+        )  # fmt: skip
+        assert 0 < len(by_line(out)) < 2000
+
+        resumed = await dispatch_async("send", "--resume", "-o", out, env=env)
+        assert resumed.code == 0, resumed.stderr
+        assert "dispatch-async send template" in resumed.stderr
+        found = by_line(out)
+        assert {line: record["number"] for line, record in found.items()} == expected
+        assert outcomes(out) == Counter(sent=2000)
+        assert server.stats.received == Counter(expected.values()), "each number once"
+        assert server.stats.calls_by_path.keys() == {"template"}
+        assert not has_journal(out)
+
+    async def test_a_flag_given_again_must_say_the_same_or_the_run_is_refused(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = tmp_path / "contatos.csv"
+        excel_export(source, 400)
+        other = tmp_path / "other.csv"
+        excel_export(other, 400)
+        out = tmp_path / "r.jsonl"
+        job = ("-i", source, "-o", out, "--number-column", "Telefone", "--chunk-size", "10")
+        await interrupted(
+            server, env, "send", "basic", "--text", "Olá", *job, "--concurrency", "1", after=20
+        )
+        requests = server.stats.requests
+        refusals = {
+            "--chunk-size 7": ("send", "--resume", "-o", out, "--chunk-size", "7"),
+            "--input": ("send", "--resume", "-o", out, "-i", other),
+            "--text 'Oi'": ("send", "basic", "--text", "Oi", *job, "--resume"),
+            "--prevalidate given": ("send", "--resume", "-o", out, "--prevalidate"),
+            "`send basic` job, not `send single`": ("send", "single", "--text", "Olá", *job,
+                                                   "--resume"),
+        }  # fmt: skip
+        for named, args in refusals.items():
+            run = await dispatch_async(*args, env=env)
+            assert run.code == 2, (named, run.stderr)
+            assert named in run.stderr, run.stderr
+        assert server.stats.requests == requests, "a refused run sends nothing"
+
+        # The same flags again (another path to the same file) are fine.
+        same = await dispatch_async(
+            "send", "basic", "--text", "Olá", "-i", f"{tmp_path}/./contatos.csv", "-o", out,
+            "--chunk-size", "10", "--resume", env=env,
+        )  # fmt: skip
+        assert same.code == 0, same.stderr
+        assert sum(server.stats.received.values()) == 400
+        assert not server.stats.duplicates
+
+    async def test_a_journal_from_before_stored_options_resumes_with_the_flags_as_before(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = tmp_path / "contatos.csv"
+        expected = excel_export(source, 400)
+        out = tmp_path / "r.jsonl"
+        job = ("send", "basic", "--text", "Olá", "-i", source, "-o", out)
+        await interrupted(
+            server, env, *job, "--number-column", "Telefone", "--chunk-size", "10",
+            "--concurrency", "1", after=20,
+        )  # fmt: skip
+        journal = Path(f"{out}.pending")
+        _, rest = journal.read_bytes().split(b"\n", 1)
+        journal.write_bytes(b"dispatch-async journal 1\n" + rest)  # as the old code wrote it
+
+        bare = await dispatch_async("send", "--resume", "-o", out, env=env)
+        assert bare.code == 2
+        assert "holds no options (it was written by an earlier dispatch-async" in bare.stderr
+        flags = await dispatch_async(*job, "--number-column", "Telefone", "--resume", env=env)
+        assert flags.code == 0, flags.stderr
+        assert sorted(by_line(out)) == sorted(expected)
+        assert server.stats.received == Counter(expected.values())
+
+    async def test_a_finished_job_has_no_journal_and_resume_without_flags_says_what_to_do(
+        self, server: FakeDispatchServer, env: dict[str, str], excel: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        done = await dispatch_async(*send_args(excel, out, "--number-column", "Telefone"), env=env)
+        assert done.code == 0, done.stderr
+        run = await dispatch_async("send", "--resume", "-o", out, env=env)
+        assert run.code == 2
+        assert "has no journal" in run.stderr
+        assert "dispatch-async export" in run.stderr
+        assert server.stats.dispatch_calls == 1
+
+    async def test_a_journal_header_torn_by_a_kill_is_written_again(
+        self, server: FakeDispatchServer, env: dict[str, str], sheets: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        Path(f"{out}.pending").write_bytes(b'dispatch-async journal 2 {"endpoint": "ba')
+        args = send_args(sheets, out, "--number-column", "phone number", "--resume")
+        run = await dispatch_async(*args, env=env)
+        assert run.code == 0, run.stderr
+        assert server.stats.received == Counter(SHEETS_NUMBERS.values())

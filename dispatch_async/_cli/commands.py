@@ -73,7 +73,7 @@ def cli() -> None:
     """
 
 
-@cli.group(invoke_without_command=True)
+@cli.group(invoke_without_command=True, no_args_is_help=True)
 @send_options
 @click.pass_context
 def send(ctx: click.Context, /, **options: Any) -> None:

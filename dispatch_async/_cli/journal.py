@@ -239,7 +239,10 @@ def journal_path(output: Path) -> Path:
 
 
 def stored_options(output: Path) -> dict[str, object] | None:
-    """The options the job writing *output* was started with; None for an old journal.
+    """The options the job writing *output* was started with, if its journal has them.
+
+    None for a journal from before options were stored, and for a header torn by a kill
+    (nothing was sent under it: ``start`` writes it again).
 
     Raises:
         FileNotFoundError: *output* has no journal (the job finished, or never started).
@@ -248,7 +251,9 @@ def stored_options(output: Path) -> dict[str, object] | None:
     path = journal_path(output)
     with open(path, "rb") as stream:
         header = stream.readline(1 << 20)
-    if header.rstrip(b"\n") == _HEADER_V1:
+    if header.rstrip(b"\n") == _HEADER_V1 or (
+        header.startswith(_MAGIC) and not header.endswith(b"\n")
+    ):
         return None
     if not _is_header(header.rstrip(b"\n")) or not header.endswith(b"\n"):
         raise Problem(f"{path} is not a dispatch-async journal")

@@ -82,8 +82,9 @@ def resumed(
         if target is not None:
             return target, options
         raise Problem(
-            f"{journal_path(output)} was written by an earlier dispatch-async and holds no "
-            f"options: give the job's flags again (send ENDPOINT ... -o {output} --resume)"
+            f"{journal_path(output)} holds no options (it was written by an earlier "
+            "dispatch-async, or cut short before anything was sent): give the job's flags "
+            f"again (send ENDPOINT ... -o {output} --resume)"
         )
     combined = options | (attrs.asdict(target) if target is not None else {})
     for name, flag in _STORED.items():
