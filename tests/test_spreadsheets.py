@@ -197,14 +197,20 @@ class TestEmptyRows:
 
 def excel_export(path: Path, count: int, *, empty_rows: int = 3) -> dict[int, str]:
     """A pt-BR Excel export of *count* contacts (BOM, CRLF, ';'); its numbers by line."""
-    by_line = {line: number for line, number in enumerate(numbers(count), 2)}
+    lines = dict(enumerate(numbers(count), 2))
     rows = "".join(
-        f"Cliente {line};{number};São Paulo;observação {line}\r\n"
-        for line, number in by_line.items()
+        f"Cliente {line};{number};São Paulo;observação {line}\r\n" for line, number in lines.items()
     )
     text = "Nome;Telefone;Cidade;Observação\r\n" + rows + ";;;\r\n" * empty_rows
     path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
-    return by_line
+    return lines
+
+
+def write_journal_header(out: Path, header: bytes) -> None:
+    """Replace the first line of *out*'s journal by *header* (all of it, without a newline)."""
+    journal = Path(f"{out}.pending")
+    rest = journal.read_bytes().split(b"\n", 1)[1] if journal.exists() else None
+    journal.write_bytes(header if rest is None else header + b"\n" + rest)
 
 
 async def interrupted(
@@ -298,9 +304,7 @@ class TestResumeWithoutFlags:
             server, env, *job, "--number-column", "Telefone", "--chunk-size", "10",
             "--concurrency", "1", after=20,
         )  # fmt: skip
-        journal = Path(f"{out}.pending")
-        _, rest = journal.read_bytes().split(b"\n", 1)
-        journal.write_bytes(b"dispatch-async journal 1\n" + rest)  # as the old code wrote it
+        write_journal_header(out, b"dispatch-async journal 1")  # as the old code wrote it
 
         bare = await dispatch_async("send", "--resume", "-o", out, env=env)
         assert bare.code == 2
@@ -326,7 +330,7 @@ class TestResumeWithoutFlags:
         self, server: FakeDispatchServer, env: dict[str, str], sheets: Path, tmp_path: Path
     ) -> None:
         out = tmp_path / "r.jsonl"
-        Path(f"{out}.pending").write_bytes(b'dispatch-async journal 2 {"endpoint": "ba')
+        write_journal_header(out, b'dispatch-async journal 2 {"endpoint": "ba')
         args = send_args(sheets, out, "--number-column", "phone number", "--resume")
         run = await dispatch_async(*args, env=env)
         assert run.code == 0, run.stderr
