@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatch_async.testing import FakeDispatchServer
+from dispatch_async.testing import FakeDispatchServer, Fault
 from tests import test_cli
 from tests.test_cli import (
     COMMAND,
@@ -25,6 +25,7 @@ from tests.test_cli import (
     has_journal,
     numbers,
     outcomes,
+    records,
     wait_for_records,
     write_csv,
 )
@@ -58,6 +59,10 @@ def sheets(tmp_path: Path) -> Path:
 @pytest.fixture
 def tsv(tmp_path: Path) -> Path:
     return Path(shutil.copy(DATA / "contatos.tsv", tmp_path / "contatos.tsv"))
+
+
+def raw(path: Path) -> bytes:
+    return path.read_bytes()
 
 
 def send_args(source: Path, out: Path, *more: str) -> tuple[str | Path, ...]:
@@ -335,3 +340,85 @@ class TestResumeWithoutFlags:
         run = await dispatch_async(*args, env=env)
         assert run.code == 0, run.stderr
         assert server.stats.received == Counter(SHEETS_NUMBERS.values())
+
+
+# -- export: the rows to send again --------------------------------------------------------
+
+
+class TestExport:
+    async def test_writes_the_failed_rows_as_they_were_then_they_send_as_a_new_job(
+        self, server: FakeDispatchServer, env: dict[str, str], excel: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        server.script(Fault.status(503))  # the first chunk (lines 2-5) is not acted on
+        first = await dispatch_async(
+            *send_args(excel, out, "--number-column", "Telefone", "--chunk-size", "3"),
+            "--concurrency", "1", "--attempts", "1", env=env,
+        )  # fmt: skip
+        assert first.code == 1
+        assert {r["line"] for r in records(out) if r["outcome"] == "not_sent"} == {2, 3, 4}
+
+        retry = tmp_path / "retry.csv"
+        export = await dispatch_async(
+            "export", "-o", out, "--outcome", "not_sent,maybe_sent", "-i", excel, "--to", retry,
+            env=env,
+        )  # fmt: skip
+        assert export.code == 0, export.stderr
+        assert "3 rows" in export.stderr
+        original = raw(excel)
+        # BOM, header, then lines 2 to 5 (line 4's cell spans two lines), CRLF, ';', quotes.
+        assert raw(retry) == original[: original.index("Zé".encode())]
+
+        again = await dispatch_async(
+            *send_args(retry, tmp_path / "retry.jsonl", "--number-column", "Telefone"), env=env
+        )
+        assert again.code == 0, again.stderr
+        assert sorted(by_line(tmp_path / "retry.jsonl")) == [2, 3, 4]
+        assert server.stats.received == Counter(EXCEL_NUMBERS.values()), "each once"
+
+    async def test_finds_the_input_in_the_journal_of_a_stopped_job(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "nome|number", [f"A|{n}" for n in numbers(40)])
+        out = tmp_path / "r.jsonl"
+        server.latency = 0.5
+        stopped = await dispatch_async(
+            *send_args(source, out, "--chunk-size", "5", "--concurrency", "2"),
+            "--deadline", "0.2", env=env,
+        )  # fmt: skip
+        assert stopped.code == 1
+        maybe = sorted(r["line"] for r in records(out) if r["outcome"] == "maybe_sent")
+        assert len(maybe) == 10
+
+        export = await dispatch_async("export", "-o", out, "--outcome", "maybe_sent", env=env)
+        assert export.code == 0, export.stderr
+        lines = source.read_text().splitlines()
+        assert export.stdout.splitlines() == ["nome|number"] + [lines[n - 1] for n in maybe]
+
+    async def test_jsonl_lines_are_written_byte_for_byte(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.jsonl"
+        lines = [f'{{"number": "{n}", "vars": {{"nome": "Jo\\u00e3o"}}}}\n' for n in numbers(4)]
+        source.write_text("".join(lines), encoding="utf-8")
+        out = tmp_path / "r.jsonl"
+        server.script(Fault.status(503))
+        args = send_args(source, out, "--chunk-size", "2", "--concurrency", "1", "--attempts", "1")
+        assert (await dispatch_async(*args, env=env)).code == 1
+        export = await dispatch_async("export", "-o", out, "-i", source, env=env)
+        assert export.code == 0, export.stderr
+        assert export.stdout == "".join(lines[:2])
+
+    async def test_without_a_journal_the_input_must_be_given_and_no_file_is_overwritten(
+        self, server: FakeDispatchServer, env: dict[str, str], excel: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        done = await dispatch_async(*send_args(excel, out, "--number-column", "Telefone"), env=env)
+        assert done.code == 0, done.stderr
+        bare = await dispatch_async("export", "-o", out, env=env)
+        assert bare.code == 2
+        assert "--input" in bare.stderr
+        onto = await dispatch_async("export", "-o", out, "-i", excel, "--to", excel, env=env)
+        assert onto.code == 2
+        assert "exists" in onto.stderr
+        assert raw(excel) == raw(DATA / "contatos_excel.csv")

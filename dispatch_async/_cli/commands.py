@@ -20,9 +20,11 @@ from click.core import ParameterSource
 import dispatch_async as da
 import dispatch_async.testing
 
+from .input import Format
 from .options import (
     connection,
     connection_options,
+    export_options,
     prefix_option,
     progress_every_option,
     queue_option,
@@ -270,6 +272,36 @@ def report(queue: str, key_prefix: str, job: str, output: Path | None) -> None:
             run_queue_report(queue_url=queue, job=job, key_prefix=key_prefix, output=output)
         )
     )
+
+
+@cli.command()
+@export_options
+def export(
+    results: Path,
+    outcome: str,
+    input_path: str | None,
+    to: Path | None,
+    input_format: Format,
+    delimiter: str | None,
+    columns: str | None,
+) -> None:
+    """Write the input rows of chosen outcomes, as they were, to send them as a new job.
+
+    Same header, separator and columns as the input: `export -o results.jsonl --to
+    retry.csv`, then `send ... -i retry.csv -o retry-results.jsonl`.
+    """
+    from .export import ExportSpec, run_export
+
+    spec = ExportSpec(
+        results=results,
+        outcomes=frozenset(o.strip() for o in outcome.split(",") if o.strip()),
+        input_path=input_path,
+        input_format=input_format,
+        delimiter=delimiter,
+        columns=tuple(columns.split(",")) if columns else None,
+        to=to,
+    )
+    _exit(lambda: run_export(spec, sys.stderr))
 
 
 @cli.command(

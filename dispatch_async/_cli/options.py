@@ -18,6 +18,7 @@ from .spec import DEFAULTS, Connection
 __all__ = [
     "connection",
     "connection_options",
+    "export_options",
     "prefix_option",
     "progress_every_option",
     "queue_option",
@@ -128,6 +129,13 @@ def connection(options: dict[str, Any]) -> Connection:
     )
 
 
+delimiter_option = click.option(
+    "--delimiter",
+    metavar="SEP",
+    callback=lambda _ctx, _param, value: _delimiter(value),
+    help="CSV separator: , ; | or tab (default: the one that splits the header most).",
+)
+
 send_options = _options(
     click.option(
         "-i",
@@ -156,12 +164,7 @@ send_options = _options(
         show_default=True,
         help="CSV column with the phone number; every other column becomes a var.",
     ),
-    click.option(
-        "--delimiter",
-        metavar="SEP",
-        callback=lambda _ctx, _param, value: _delimiter(value),
-        help="CSV separator: , ; | or tab (default: the one that splits the header most).",
-    ),
+    delimiter_option,
     click.option(
         "--columns",
         metavar="NAME,NAME,...",
@@ -237,6 +240,43 @@ send_options = _options(
     click.option("--job", metavar="ID", help="With --queue: the job's id (again to continue it)."),
     prefix_option,
     progress_every_option,
+)
+
+
+export_options = _options(
+    click.option(
+        "-o",
+        "--output",
+        "results",
+        required=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="The results file of the job (its `send -o`).",
+    ),
+    click.option(
+        "--outcome",
+        default="not_sent",
+        show_default=True,
+        metavar="OUTCOME,...",
+        help="Rows with these outcomes: sent, invalid, not_sent, maybe_sent (maybe_sent rows "
+        "may have arrived: sending them again may send them twice).",
+    ),
+    click.option(
+        "-i",
+        "--input",
+        "input_path",
+        type=click.Path(exists=True, dir_okay=False),
+        help="The job's input (default: the one its journal names, while it has one).",
+    ),
+    click.option("--to", type=click.Path(dir_okay=False, path_type=Path), help="Default: stdout."),
+    click.option(
+        "--format",
+        "input_format",
+        type=click.Choice(["auto", "csv", "jsonl"]),
+        default="auto",
+        help="As for send.",
+    ),
+    delimiter_option,
+    click.option("--columns", metavar="NAME,NAME,...", help="As for send (no header is written)."),
 )
 
 
