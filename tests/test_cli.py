@@ -509,8 +509,8 @@ class TestDryRun:
             "--dry-run", "--chunk-size", "2", env=env,
         )  # fmt: skip
         assert run.code == 0, run.stderr
-        assert "5 recipients to send" in run.stdout
-        assert "1 malformed input rows" in run.stdout
+        assert re.search(r"\n  to send +5\n", run.stdout)
+        assert re.search(r"\n  refused: malformed input row +1  \(recorded invalid\)", run.stdout)
         assert "plan: 3 chunks of up to 2 recipients, 8 in flight at a time" in run.stdout
         assert "chunk 1: 2 recipients, lines 2-3" in run.stdout
         assert "chunk 3: 1 recipients, lines 6-6" in run.stdout

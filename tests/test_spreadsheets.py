@@ -9,6 +9,7 @@ whose counters show what reached the service, and how often.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import signal
 from collections import Counter
@@ -250,7 +251,14 @@ class TestResumeWithoutFlags:
             "--number-column", "telefone", "--chunk-size", "20", "--concurrency", "2",
             after=100,
         )  # fmt: skip
-        assert 0 < len(by_line(out)) < 2000
+        recorded = len(by_line(out))
+        assert 0 < recorded < 2000
+
+        plan = await dispatch_async("send", "--resume", "-o", out, "--dry-run", env=env)
+        assert plan.code == 0, plan.stderr
+        assert re.search(rf"\n  to send +{2000 - recorded:,}\n", plan.stdout), plan.stdout
+        assert re.search(rf"\n  already recorded +{recorded:,}  ", plan.stdout), plan.stdout
+        assert re.search(r"\n  empty rows +3  ", plan.stdout), plan.stdout
 
         resumed = await dispatch_async("send", "--resume", "-o", out, env=env)
         assert resumed.code == 0, resumed.stderr
@@ -422,3 +430,36 @@ class TestExport:
         assert onto.code == 2
         assert "exists" in onto.stderr
         assert raw(excel) == raw(DATA / "contatos_excel.csv")
+
+
+# -- the dry run ----------------------------------------------------------------------------
+
+
+class TestDryRun:
+    async def test_one_table_says_what_is_sent_and_why_the_rest_is_not(
+        self, server: FakeDispatchServer, env: dict[str, str], excel: Path, tmp_path: Path
+    ) -> None:
+        with excel.open("ab") as stream:  # a repeated number and an impossible one
+            stream.write(b"Dup;11 98765-4321;SP;\r\nErrado;12345;SP;\r\n")
+        run = await dispatch_async(
+            *send_args(excel, tmp_path / "r.jsonl", "--number-column", "Telefone"),
+            "--prevalidate", "--region", "BR", "--dedupe", "--dry-run", env=env,
+        )  # fmt: skip
+        assert run.code == 0, run.stderr
+        table = run.stdout.split("\nplan:")[0].splitlines()[2:]
+        parsed = {}
+        for line in table:
+            row = re.fullmatch(r"  (.+?) +([\d,]+)(?:  \((.+)\))?", line)
+            assert row is not None, line
+            parsed[row[1]] = int(row[2].replace(",", ""))
+        assert parsed == {
+            "to send": 4,
+            "refused: malformed input row": 1,
+            "refused: duplicate": 1,
+            "refused: number must be a valid phone number (checked locally)": 1,
+            "empty rows": 3,
+            "total": 10,
+        }
+        assert "separator ';' (semicolon)" in run.stdout
+        assert "chunk 1: 4 recipients, lines 2-12" in run.stdout
+        assert (server.stats.token_calls, server.stats.requests) == (0, 0)
