@@ -432,6 +432,25 @@ class TestExport:
         assert raw(excel) == raw(DATA / "contatos_excel.csv")
 
 
+class TestRecords:
+    async def test_carry_the_number_sent_when_prevalidate_rewrote_it(
+        self, server: FakeDispatchServer, env: dict[str, str], excel: Path, sheets: Path,
+        tmp_path: Path,
+    ) -> None:  # fmt: skip
+        for source, column in ((excel, "Telefone"), (sheets, "Phone Number")):
+            run = await dispatch_async(
+                *send_args(source, tmp_path / f"{source.stem}.jsonl", "--number-column", column),
+                "--prevalidate", "--region", "BR", env=env,
+            )  # fmt: skip
+            assert run.code == 0, run.stderr
+        rewritten = by_line(tmp_path / "contatos_excel.jsonl")
+        assert {line: rewritten[line]["sent_as"] for line in EXCEL_NUMBERS} == EXCEL_E164
+        assert {line: rewritten[line]["number"] for line in EXCEL_NUMBERS} == EXCEL_NUMBERS
+        as_given = by_line(tmp_path / "google_sheets.jsonl")
+        assert not any("sent_as" in record for record in as_given.values())
+        assert server.stats.received == Counter([*EXCEL_E164.values(), *SHEETS_NUMBERS.values()])
+
+
 # -- the dry run ----------------------------------------------------------------------------
 
 

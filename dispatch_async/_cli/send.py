@@ -31,7 +31,7 @@ from .journal import JobFiles, Recorded
 from .progress import NoteHandler, Progress, Tally, make_progress, render_summary
 from .records import SHOWN_MALFORMED, failed_record, malformed_note, part_records
 from .source import Reading, Source
-from .spec import FAILED, OK, JobSpec, Problem, dedupe_key
+from .spec import FAILED, OK, JobSpec, Problem, dedupe_key, sent_as
 
 __all__ = ["run_send"]
 
@@ -61,6 +61,7 @@ class SendJob:
         self._failure: Exception | None = None
         self._task: asyncio.Task[None] | None = None
         self._shown_malformed = 0
+        self._wire = sent_as(spec.settings)
 
     def begin(self, source: Source, progress: Progress) -> None:
         """Attach the reading side; ``messages()`` is only iterated after this."""
@@ -135,7 +136,7 @@ class SendJob:
         pop = self._fed.pop
         rows = [pop(position) for position in part.positions]
         self._announced.pop(part.positions.start, None)
-        records, counts = part_records(rows, part, self._explain)
+        records, counts = part_records(rows, part, self._explain, self._wire)
         tally = self.tally
         tally.outcomes.update(counts)
         tally.requests += part.requests

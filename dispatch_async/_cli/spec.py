@@ -32,6 +32,7 @@ __all__ = [
     "SendSettings",
     "Target",
     "dedupe_key",
+    "sent_as",
 ]
 
 #: Exit codes: every line sent or validly rejected; some lines failed (or the job stopped
@@ -266,7 +267,18 @@ def dedupe_key(settings: SendSettings) -> Callable[[str], str] | None:
         return None
     if not settings.prevalidate:
         return str
-    region = settings.region
+    return _e164(settings.region)
+
+
+def sent_as(settings: SendSettings) -> Callable[[str], str] | None:
+    """The number the SDK puts on the wire for one given, with ``--prevalidate`` (E.164).
+
+    None without it: the number is sent as written.
+    """
+    return _e164(settings.region) if settings.prevalidate else None
+
+
+def _e164(region: str | None) -> Callable[[str], str]:
     try:
         da.to_e164("+5511987654321")
     except da.DispatchError as exc:
