@@ -794,6 +794,36 @@ class TestServe:
                 await process.communicate()
         assert process.returncode == 0
 
+    async def test_ctrl_c_prints_what_it_saw_and_get_stats_shows_it_meanwhile(self) -> None:
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND, "serve", "--port", "0", "--secret", "serve-secret",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert process.stdout is not None
+            async with asyncio.timeout(20):
+                url = (await process.stdout.readline()).decode().strip()
+            async with DispatchSession(url, client_secret="serve-secret", account="a") as session:
+                await session.send_basic(numbers(3), text="hi")
+            async with aiohttp.ClientSession() as http, http.get(f"{url}/_stats") as answer:
+                stats = await answer.json()
+            assert (stats["dispatch_calls"], stats["recipients_received"]) == (1, 3)
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGINT)
+            async with asyncio.timeout(20):
+                _, err = await process.communicate()
+        assert process.returncode == 0
+        assert "simulator stopped: 1 token requests" in err.decode()
+        assert "3 recipients received (0 more than once)" in err.decode()
+
+    async def test_help_names_the_command_and_documents_stats(self) -> None:
+        run = await dispatch_async("serve", "--help", env=os.environ)
+        assert run.code == 0
+        assert run.stdout.startswith("usage: dispatch-async serve ")
+        assert "GET /_stats" in run.stdout
+        assert "not part of the service" in run.stdout
+
 
 class TestHelp:
     async def test_lists_the_commands_and_the_version(self) -> None:
