@@ -297,6 +297,11 @@ class TestResumeWithoutFlags:
             run = await dispatch_async(*args, env=env)
             assert run.code == 2, (named, run.stderr)
             assert named in run.stderr, run.stderr
+        from_env = await dispatch_async(
+            "send", "--resume", "-o", out, env=env | {"DISPATCH_CHUNK_SIZE": "50"}
+        )
+        assert from_env.code == 2
+        assert "--chunk-size 50 (from $DISPATCH_CHUNK_SIZE)" in from_env.stderr
         assert server.stats.requests == requests, "a refused run sends nothing"
 
         # The same flags again (another path to the same file) are fine.

@@ -99,14 +99,23 @@ def resumed(
                 )
             combined[name] = value
             continue
-        if ctx.get_parameter_source(name) in _GIVEN and not _same(name, combined[name], value):
+        source = ctx.get_parameter_source(name)
+        if source in _GIVEN and not _same(name, combined[name], value):
+            where = _envvar(ctx, name) if source is ParameterSource.ENVIRONMENT else ""
             raise Problem(
-                f"{flag} {_show(combined[name])} is not what the job writing {output} was "
-                f"started with ({_show(value)}): leave it out to continue the job, or "
+                f"{flag} {_show(combined[name])}{where} is not what the job writing {output} "
+                f"was started with ({_show(value)}): leave it out to continue the job, or "
                 "choose another --output for a new one"
             )
         combined[name] = value
     return Target(**{field: combined[field] for field in _TARGET_FIELDS}), combined
+
+
+def _envvar(ctx: click.Context, name: str) -> str:
+    for param in ctx.command.params:
+        if param.name == name and isinstance(param, click.Option) and param.envvar:
+            return f" (from ${param.envvar})"
+    return ""
 
 
 def _same(name: str, given: object, stored: object) -> bool:
