@@ -62,6 +62,11 @@ def tsv(tmp_path: Path) -> Path:
     return Path(shutil.copy(DATA / "contatos.tsv", tmp_path / "contatos.tsv"))
 
 
+def append(path: Path, data: bytes) -> None:
+    with path.open("ab") as stream:
+        stream.write(data)
+
+
 def raw(path: Path) -> bytes:
     return path.read_bytes()
 
@@ -437,6 +442,21 @@ class TestExport:
         assert onto.code == 2
         assert "exists" in onto.stderr
         assert raw(excel) == raw(DATA / "contatos_excel.csv")
+
+    async def test_a_torn_last_record_is_left_out_and_a_foreign_output_is_refused(
+        self, server: FakeDispatchServer, env: dict[str, str], excel: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        append(out, b'{"line":2,"number":"(11) 98765-4321","outcome":"not_sent","error":"x",'
+                    b'"error_type":"X"}\n{"line":3,"number":"1198')  # fmt: skip
+        run = await dispatch_async("export", "-o", out, "-i", excel, env=env)
+        assert run.code == 0, run.stderr
+        assert run.stdout.splitlines()[1:] == ["Ana Souza;(11) 98765-4321;São Paulo;cliente antiga"]
+        foreign = tmp_path / "foreign.jsonl"
+        append(foreign, b'{"line":90000,"number":"1","outcome":"not_sent"}\n')
+        refused = await dispatch_async("export", "-o", foreign, "-i", excel, env=env)
+        assert refused.code == 2
+        assert "does not name a line of the input" in refused.stderr
 
 
 class TestRecords:
