@@ -277,6 +277,35 @@ class TestResumeWithoutFlags:
         assert server.stats.calls_by_path.keys() == {"template"}
         assert not has_journal(out)
 
+    async def test_after_kill_9_resume_without_flags_never_sends_a_row_twice(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = tmp_path / "contatos.csv"
+        expected = excel_export(source, 20_000)
+        out = tmp_path / "r.jsonl"
+        server.latency = 0.02  # requests are in flight when the kill lands
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND, "send", "template", "--template-id", "pix", "-i", str(source),
+            "-o", str(out), "--number-column", "TELEFONE", "--chunk-size", "500",
+            "--concurrency", "4", "-q",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        await wait_for_records(out, 2000, process)
+        process.kill()
+        await process.wait()
+        server.latency = 0
+
+        resumed = await dispatch_async("send", "--resume", "-o", out, "-q", env=env)
+        assert resumed.code in (0, 1), resumed.stderr  # 1: lines in flight stay maybe_sent
+        found = by_line(out)
+        assert {line: record["number"] for line, record in found.items()} == expected
+        sent = {r["number"] for r in found.values() if r["outcome"] == "sent"}
+        maybe = {r["number"] for r in found.values() if r["outcome"] == "maybe_sent"}
+        assert len(sent) + len(maybe) == 20_000
+        assert not server.stats.duplicates, "no number was received twice"
+        assert sent <= set(server.stats.received) <= sent | maybe
+        assert not has_journal(out)
+
     async def test_a_flag_given_again_must_say_the_same_or_the_run_is_refused(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
