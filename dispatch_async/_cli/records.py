@@ -1,6 +1,7 @@
 """The output records, one JSON line per input line, and the one place outcomes meet rows.
 
-A record is ``{"line", "number", "outcome", ...}``: ``sent`` with the service's ``id``,
+A record is ``{"line", "number", "outcome", ...}``: ``sent`` with the service's ``id``
+(and ``sent_as``, the number put on the wire, when ``--prevalidate`` rewrote it),
 ``invalid`` with its ``reason`` (and a ``detail`` for rows refused here), ``not_sent`` or
 ``maybe_sent`` with the ``error`` and its ``error_type``. Records are written from
 templates, each string through orjson: a job writes one per recipient, and a dict per
