@@ -67,6 +67,10 @@ def append(path: Path, data: bytes) -> None:
         stream.write(data)
 
 
+def write_bytes(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+
+
 def raw(path: Path) -> bytes:
     return path.read_bytes()
 
@@ -144,6 +148,20 @@ class TestSeparators:
         assert "--delimiter" in bad.stderr
         assert server.stats.requests == 0
         assert not out.exists()
+
+    async def test_an_excel_export_in_windows_1252_is_refused_saying_how_to_save_it(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = tmp_path / "contatos.csv"
+        write_bytes(source, "Nome;Telefone;Observação\r\nAna;11987654321;ok\r\n".encode("cp1252"))
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(*send_args(source, out, "--number-column", "telefone"), env=env)
+        assert run.code == 2
+        assert "not valid UTF-8: save the file as UTF-8 (in Excel: Save As, CSV UTF-8)" in (
+            run.stderr
+        )
+        assert not out.exists()
+        assert server.stats.requests == 0
 
 
 # -- column names ----------------------------------------------------------------------

@@ -209,7 +209,7 @@ def _header(reader: Any) -> list[str] | None:
             if not _is_utf8(fields):
                 raise InputProblem(
                     f"the CSV header (line {reader.line_num}) is not valid UTF-8: "
-                    "save the file as UTF-8"
+                    "save the file as UTF-8 (in Excel: Save As, CSV UTF-8)"
                 )
             return fields
 
