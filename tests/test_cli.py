@@ -509,8 +509,8 @@ class TestDryRun:
             "--dry-run", "--chunk-size", "2", env=env,
         )  # fmt: skip
         assert run.code == 0, run.stderr
-        assert "5 recipients to send" in run.stdout
-        assert "1 malformed input rows" in run.stdout
+        assert re.search(r"\n  to send +5\n", run.stdout)
+        assert re.search(r"\n  refused: malformed input row +1  \(recorded invalid\)", run.stdout)
         assert "plan: 3 chunks of up to 2 recipients, 8 in flight at a time" in run.stdout
         assert "chunk 1: 2 recipients, lines 2-3" in run.stdout
         assert "chunk 3: 1 recipients, lines 6-6" in run.stdout
@@ -796,6 +796,36 @@ class TestServe:
             async with asyncio.timeout(20):
                 await process.communicate()
         assert process.returncode == 0
+
+    async def test_ctrl_c_prints_what_it_saw_and_get_stats_shows_it_meanwhile(self) -> None:
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND, "serve", "--port", "0", "--secret", "serve-secret",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert process.stdout is not None
+            async with asyncio.timeout(20):
+                url = (await process.stdout.readline()).decode().strip()
+            async with DispatchSession(url, client_secret="serve-secret", account="a") as session:
+                await session.send_basic(numbers(3), text="hi")
+            async with aiohttp.ClientSession() as http, http.get(f"{url}/_stats") as answer:
+                stats = await answer.json()
+            assert (stats["dispatch_calls"], stats["recipients_received"]) == (1, 3)
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGINT)
+            async with asyncio.timeout(20):
+                _, err = await process.communicate()
+        assert process.returncode == 0
+        assert "simulator stopped: 1 token requests" in err.decode()
+        assert "3 recipients received (0 more than once)" in err.decode()
+
+    async def test_help_names_the_command_and_documents_stats(self) -> None:
+        run = await dispatch_async("serve", "--help", env=os.environ)
+        assert run.code == 0
+        assert run.stdout.startswith("usage: dispatch-async serve ")
+        assert "GET /_stats" in run.stdout
+        assert "not part of the service" in run.stdout
 
 
 class TestHelp:

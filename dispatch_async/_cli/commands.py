@@ -13,14 +13,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
 import click
+from click.core import ParameterSource
 
 import dispatch_async as da
 import dispatch_async.testing
 
+from .input import Format
 from .options import (
     connection,
     connection_options,
+    export_options,
     prefix_option,
     progress_every_option,
     queue_option,
@@ -29,6 +33,7 @@ from .options import (
     verbose_option,
 )
 from .plan import run_plan
+from .resume import job_options, resumed
 from .send import run_send
 from .spec import (
     Display,
@@ -70,13 +75,33 @@ def cli() -> None:
     """
 
 
-@cli.group()
-def send() -> None:
+@cli.group(invoke_without_command=True, no_args_is_help=True)
+@send_options
+@click.pass_context
+def send(ctx: click.Context, /, **options: Any) -> None:
     """Send to every recipient of a CSV or JSONL file, one result line per input line.
 
     The connection comes from DISPATCH_BASE_URL, DISPATCH_CLIENT_SECRET and
     DISPATCH_ACCOUNT (or --base-url, --client-secret-file, --account).
+
+    `send --resume -o FILE` continues a stopped job with the options it was started
+    with; a flag given again must match them.
     """
+    given = [
+        p.opts[-1]
+        for p in ctx.command.params
+        if p.name and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
+    ]
+    if ctx.invoked_subcommand is not None:
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: give the options after the endpoint")
+        return
+    if not options["resume"] or not options["output"]:
+        raise click.UsageError(
+            "name the endpoint (send template|basic|single|webhook ...), or continue a job "
+            "with: send --resume -o FILE"
+        )
+    _send(None, options)
 
 
 @send.command("template")
@@ -249,6 +274,36 @@ def report(queue: str, key_prefix: str, job: str, output: Path | None) -> None:
     )
 
 
+@cli.command()
+@export_options
+def export(
+    results: Path,
+    outcome: str,
+    input_path: str | None,
+    to: Path | None,
+    input_format: Format,
+    delimiter: str | None,
+    columns: str | None,
+) -> None:
+    """Write the input rows of chosen outcomes, as they were, to send them as a new job.
+
+    Same header, separator and columns as the input: `export -o results.jsonl --to
+    retry.csv`, then `send ... -i retry.csv -o retry-results.jsonl`.
+    """
+    from .export import ExportSpec, run_export
+
+    spec = ExportSpec(
+        results=results,
+        outcomes=frozenset(o.strip() for o in outcome.split(",") if o.strip()),
+        input_path=input_path,
+        input_format=input_format,
+        delimiter=delimiter,
+        columns=tuple(columns.split(",")) if columns else None,
+        to=to,
+    )
+    _exit(lambda: run_export(spec, sys.stderr))
+
+
 @cli.command(
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
     add_help_option=False,
@@ -282,16 +337,25 @@ def _input(options: dict[str, Any]) -> InputSpec:
         format=options["input_format"],
         number_column=options["number_column"],
         columns=tuple(columns.split(",")) if columns else None,
+        delimiter=options["delimiter"],
     )
 
 
-def _send(target: Target, options: dict[str, Any]) -> None:
+def _send(target: Target | None, options: dict[str, Any]) -> None:
+    if options["resume"] and options["output"] and not options["queue"]:
+        try:
+            target, options = resumed(click.get_current_context(), target, options)
+        except Problem as problem:
+            raise _UsageFailure(problem.message) from None
+    assert target is not None
+    if not options["input_path"]:
+        raise click.UsageError("Missing option '-i' / '--input'.")
     if options["queue"]:
         _enqueue(target, options)
         return
     if options["job"]:
         raise click.UsageError("--job goes with --queue")
-    spec = _spec(target, options)
+    spec = attrs.evolve(_spec(target, options), job_options=job_options(target, options))
     if options["dry_run"]:
         _exit(lambda: asyncio.run(run_plan(spec, sys.stdout)))
     else:

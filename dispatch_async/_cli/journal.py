@@ -11,7 +11,8 @@ their fsync are lines the journal covers: maybe_sent, never sent twice.
 
 The journal is text, one entry a line::
 
-    dispatch-async journal 1     the header
+    dispatch-async journal 2 {"endpoint": "template", "input_path": ...}
+                                 the header: the job's options, for --resume without flags
     1001-2000                    lines 1001 to 2000 may have reached the service
     reset                        a resume starts: forget every entry above...
     17-22                        ...except these lines, still unaccounted for
@@ -21,28 +22,22 @@ A resume compacts the output first: it keeps one record per line (the first), dr
 records of lines to do again (``not_sent``, malformed rows, and ``maybe_sent`` with
 ``--resend-maybe-sent``) and a torn last line, and replaces the file atomically. The
 journal's reset block is written before that replacement, so a crash in between loses
-nothing. The journal is deleted when a job has accounted for its whole input.
+nothing. The journal is deleted when a job has accounted for its whole input. A journal
+from before the options were stored has the header ``dispatch-async journal 1``: it
+resumes as before, with the job's flags given again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
-import zlib
-from array import array
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-import attrs
 import orjson
 
-import dispatch_async as da
-
-from .input import MALFORMED
-from .records import OUTCOMES
+from .recorded import Recorded, new_record
 from .spec import Problem
 
 try:
@@ -50,141 +45,22 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory locks, one job at a time
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["JobFiles", "Recorded", "new_record"]
+__all__ = ["JobFiles", "Recorded", "journal_path", "new_record", "stored_options"]
 
-_HEADER = b"dispatch-async journal 1"
-_NONE, _DONE, _PENDING, _REDO = 0, 1, 2, 3
-_MARK_PENDING = bytes.maketrans(bytes([_NONE]), bytes([_PENDING]))
-_PENDING_RUNS = re.compile(re.escape(bytes([_PENDING])) + b"+")
-
-
-def _crc(number: str) -> int:
-    return zlib.crc32(number.encode("utf-8", "surrogateescape"))
-
-
-@attrs.define
-class Recorded:
-    """What the output said, line by line, when the job started; empty for a new job.
-
-    ``kept`` counts the records kept per outcome; their lines are skipped. ``seen``
-    holds the numbers those records sent or tried (for ``--dedupe`` across runs).
-    """
-
-    resend_maybe_sent: bool = False
-    status: bytearray = attrs.field(factory=bytearray)
-    crcs: array[int] = attrs.field(factory=lambda: array("I"))
-    kept: Counter[str] = attrs.field(factory=Counter)
-    seen: set[str] | None = None
-    #: No input line is above this (see ``line_bound``); a record beyond it is corrupt.
-    max_line: int = 0
-    #: The form ``seen`` holds (the one dedupe compares), applied to what is loaded back.
-    canonical: Callable[[str], str] | None = None
-    redo: int = 0
-    duplicates: int = 0
-    torn: bool = False
-
-    def is_done(self, line: int) -> bool:
-        """Whether *line* has a record that stays: skip it."""
-        return line < len(self.status) and self.status[line] == _DONE
-
-    def is_pending(self, line: int) -> bool:
-        """Whether *line* was maybe sent by a run that died, and must not be sent again."""
-        return (
-            not self.resend_maybe_sent and line < len(self.status) and self.status[line] == _PENDING
-        )
-
-    def matches(self, line: int, number: str | None) -> bool:
-        """Whether the kept record of *line* is for *number* (the input did not change).
-
-        A record without a number (written by hand) matches anything.
-        """
-        stored = self.crcs[line]
-        return stored == 0 or (number is not None and stored == _crc(number))
-
-    @property
-    def done_lines(self) -> int:
-        return sum(self.kept.values())
-
-    @property
-    def pending_lines(self) -> int:
-        """Lines maybe sent by a run that died, with no record."""
-        return self.status.count(_PENDING)
-
-    def _grow(self, line: int) -> None:
-        if line >= len(self.status):
-            more = max(line + 1 - len(self.status), len(self.status))
-            self.status.extend(bytes(more))
-            self.crcs.extend(array("I", bytes(4 * more)))
-
-    def _add(self, raw: bytes, where: str) -> bool:
-        """Take in one output record; True if it is kept."""
-        try:
-            record = orjson.loads(raw)
-            line = record["line"]
-            outcome = record["outcome"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            raise Problem(
-                f"{where} is not a dispatch-async record; fix or delete that line, then resume"
-            ) from None
-        if type(line) is not int or line < 1 or outcome not in OUTCOMES:
-            raise Problem(f"{where} has no valid line and outcome; fix or delete it")
-        if line > self.max_line:
-            raise Problem(
-                f"{where} names line {line:,}, but the input has at most {self.max_line:,} "
-                "lines: it is not an output of this input; fix or delete it"
-            )
-        number = record.get("number")
-        number = number if type(number) is str else None
-        reason = record.get("reason")
-        self._grow(line)
-        if self.status[line] != _NONE:
-            self.duplicates += 1
-            return False
-        if outcome == "not_sent" or (outcome == "invalid" and reason == MALFORMED):
-            self.status[line] = _REDO
-            self.redo += 1
-            return False
-        if outcome == "maybe_sent" and self.resend_maybe_sent:
-            # Still "maybe sent" in the journal until a run reaches the line again.
-            self.status[line] = _PENDING
-            self.redo += 1
-            return False
-        self.status[line] = _DONE
-        if number is not None:
-            self.crcs[line] = _crc(number)
-            if self.seen is not None and not (
-                outcome == "invalid" and reason == da.DUPLICATE_REASON
-            ):
-                self.seen.add(self.canonical(number) if self.canonical else number)
-        self.kept[outcome] += 1
-        return True
-
-    def _mark_pending(self, ranges: Iterable[tuple[int, int]], where: Path) -> None:
-        for first, last in ranges:
-            if not 1 <= first <= last <= self.max_line:
-                raise Problem(
-                    f"{where} has the range {first:,}-{last:,}, but the input has at most "
-                    f"{self.max_line:,} lines: it is not a journal of this input; "
-                    "fix or delete it"
-                )
-            self._grow(last)
-            self.status[first : last + 1] = self.status[first : last + 1].translate(_MARK_PENDING)
-
-    def pending_ranges(self) -> list[tuple[int, int]]:
-        """Runs of lines that are maybe sent and have no record, as (first, last)."""
-        return [(m.start(), m.end() - 1) for m in _PENDING_RUNS.finditer(self.status)]
+_MAGIC = b"dispatch-async journal "
+_HEADER_V1 = _MAGIC + b"1"
 
 
 class JobFiles:
     """The output file and its journal, for the duration of one run."""
 
-    def __init__(self, output: Path, *, max_line: int) -> None:
+    def __init__(self, output: Path, *, max_line: int, options: bytes | None = None) -> None:
         self.output = output
         self.max_line = max_line  # the input's bound: a line above it is corruption
-        # Through a symlink, the journal and the rewrite belong to the file it points to:
-        # a second path then meets the same lock, and the symlink stays a symlink.
+        # The header of a journal this run starts: the job's options, JSON on one line.
+        self._header = _HEADER_V1 if options is None else _MAGIC + b"2 " + options
         real = Path(os.path.realpath(output))
-        self.journal = Path(f"{real}.pending")
+        self.journal = journal_path(output)
         self._real = real
         self._scratch = Path(f"{real}.tmp")
         self._out: int | None = None
@@ -238,10 +114,15 @@ class JobFiles:
                 self._held = os.open(self._real, os.O_RDONLY)
                 self._lock(self._held)
             previous = _read_all(self._journal)
-            if not previous.startswith(_HEADER + b"\n"):
+            if previous.startswith(_MAGIC) and b"\n" not in previous:
+                # A header torn by a kill: nothing can have been sent after it (every
+                # range follows the header's fsync), so it is written again.
+                os.ftruncate(self._journal, 0)
+                previous = b""
+            if not _is_header(previous.partition(b"\n")[0]):
                 if previous:
                     raise Problem(f"{self.journal} is not a dispatch-async journal")
-                self._write_journal(_HEADER + b"\n")
+                self._write_journal(self._header + b"\n")
             elif not previous.endswith(b"\n"):
                 # A torn last entry: cut it off, or the next entry would be glued to it.
                 os.ftruncate(self._journal, previous.rindex(b"\n") + 1)
@@ -348,20 +229,52 @@ class JobFiles:
         os.fsync(self._journal)
 
 
-def new_record(
-    resend_maybe_sent: bool, dedupe: Callable[[str], str] | None, max_line: int
-) -> Recorded:
-    """What a job starts from before reading its output (all of a new job)."""
-    if dedupe is None:
-        return Recorded(resend_maybe_sent, max_line=max_line)
-    return Recorded(resend_maybe_sent, seen=set(), canonical=dedupe, max_line=max_line)
+def journal_path(output: Path) -> Path:
+    """The journal of *output*: beside the file it is, through a symlink.
+
+    Through a symlink, the journal and the rewrite belong to the file it points to: a
+    second path then meets the same lock, and the symlink stays a symlink.
+    """
+    return Path(f"{os.path.realpath(output)}.pending")
+
+
+def stored_options(output: Path) -> dict[str, object] | None:
+    """The options the job writing *output* was started with, if its journal has them.
+
+    None for a journal from before options were stored, and for a header torn by a kill
+    (nothing was sent under it: ``start`` writes it again).
+
+    Raises:
+        FileNotFoundError: *output* has no journal (the job finished, or never started).
+        Problem: the journal is not a dispatch-async journal.
+    """
+    path = journal_path(output)
+    with open(path, "rb") as stream:
+        header = stream.readline(1 << 20)
+    if header.rstrip(b"\n") == _HEADER_V1 or (
+        header.startswith(_MAGIC) and not header.endswith(b"\n")
+    ):
+        return None
+    if not _is_header(header.rstrip(b"\n")) or not header.endswith(b"\n"):
+        raise Problem(f"{path} is not a dispatch-async journal")
+    try:
+        options = orjson.loads(header[len(_MAGIC) + 2 :])
+    except orjson.JSONDecodeError:
+        options = None
+    if type(options) is not dict:
+        raise Problem(f"{path} has a header that is not a job's options; fix or delete it")
+    return options
+
+
+def _is_header(line: bytes) -> bool:
+    return line == _HEADER_V1 or line.startswith(_MAGIC + b"2 {")
 
 
 def _parse_journal(data: bytes, path: Path) -> list[tuple[int, int]]:
     entries = data.split(b"\n")[:-1]  # the piece after the last newline is torn or empty
     if not entries:
         return []
-    if entries[0] != _HEADER:
+    if not _is_header(entries[0]):
         raise Problem(f"{path} is not a dispatch-async journal")
     current: list[tuple[int, int]] = []
     block: list[tuple[int, int]] | None = None

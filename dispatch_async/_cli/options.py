@@ -12,11 +12,13 @@ from typing import Any, TypeVar
 
 import click
 
+from .csv_input import DELIMITERS
 from .spec import DEFAULTS, Connection
 
 __all__ = [
     "connection",
     "connection_options",
+    "export_options",
     "prefix_option",
     "progress_every_option",
     "queue_option",
@@ -127,14 +129,20 @@ def connection(options: dict[str, Any]) -> Connection:
     )
 
 
+delimiter_option = click.option(
+    "--delimiter",
+    metavar="SEP",
+    callback=lambda _ctx, _param, value: _delimiter(value),
+    help="CSV separator: , ; | or tab (default: the one that splits the header most).",
+)
+
 send_options = _options(
     click.option(
         "-i",
         "--input",
         "input_path",
-        required=True,
         type=click.Path(exists=True, dir_okay=False, allow_dash=True),
-        help="CSV or JSONL recipients; - for stdin.",
+        help="CSV or JSONL recipients; - for stdin. (Required, except with --resume.)",
     ),
     click.option(
         "-o",
@@ -156,6 +164,7 @@ send_options = _options(
         show_default=True,
         help="CSV column with the phone number; every other column becomes a var.",
     ),
+    delimiter_option,
     click.option(
         "--columns",
         metavar="NAME,NAME,...",
@@ -164,7 +173,8 @@ send_options = _options(
     click.option(
         "--resume",
         is_flag=True,
-        help="Continue the job that wrote --output: skip every recorded line.",
+        help="Continue the job that wrote --output with its options (from its journal): "
+        "skip every recorded line.",
     ),
     click.option(
         "--resend-maybe-sent",
@@ -231,6 +241,52 @@ send_options = _options(
     prefix_option,
     progress_every_option,
 )
+
+
+export_options = _options(
+    click.option(
+        "-o",
+        "--output",
+        "results",
+        required=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="The results file of the job (its `send -o`).",
+    ),
+    click.option(
+        "--outcome",
+        default="not_sent",
+        show_default=True,
+        metavar="OUTCOME,...",
+        help="Rows with these outcomes: sent, invalid, not_sent, maybe_sent (maybe_sent rows "
+        "may have arrived: sending them again may send them twice).",
+    ),
+    click.option(
+        "-i",
+        "--input",
+        "input_path",
+        type=click.Path(exists=True, dir_okay=False),
+        help="The job's input (default: the one its journal names, while it has one).",
+    ),
+    click.option("--to", type=click.Path(dir_okay=False, path_type=Path), help="Default: stdout."),
+    click.option(
+        "--format",
+        "input_format",
+        type=click.Choice(["auto", "csv", "jsonl"]),
+        default="auto",
+        help="As for send.",
+    ),
+    delimiter_option,
+    click.option("--columns", metavar="NAME,NAME,...", help="As for send (no header is written)."),
+)
+
+
+def _delimiter(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = {"tab": "\t", "\\t": "\t"}.get(value.lower(), value)
+    if value not in DELIMITERS:
+        raise click.BadParameter("expected one of , ; | tab", param_hint="--delimiter")
+    return value
 
 
 def _client_secret(path: Path | None) -> str | None:

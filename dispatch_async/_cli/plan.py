@@ -7,7 +7,7 @@ which chunks and screens them exactly as the send would.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from typing import Any, TextIO
 
@@ -15,13 +15,15 @@ import attrs
 
 import dispatch_async as da
 
-from .input import InputProblem, line_bound
+from .input import InputProblem, Rows, line_bound
 from .journal import JobFiles, new_record
 from .records import SHOWN_MALFORMED, malformed_note
 from .source import Source
 from .spec import FAILED, OK, JobSpec, Problem, dedupe_key
 
 __all__ = ["run_plan"]
+
+_SCREENS = {da.DUPLICATE_REASON: "--dedupe"}
 
 #: How many chunks are listed first.
 _SHOWN_CHUNKS = 5
@@ -51,7 +53,7 @@ async def run_plan(spec: JobSpec, out: TextIO) -> int:
             except OSError as exc:
                 raise Problem(str(exc)) from None
         try:
-            return await _plan(spec, Source(rows, recorded, spec.output), out)
+            return await _plan(spec, rows, Source(rows, recorded, spec.output), out)
         except InputProblem as exc:
             raise Problem(str(exc), FAILED) from None
         except da.DispatchError as exc:
@@ -60,7 +62,7 @@ async def run_plan(spec: JobSpec, out: TextIO) -> int:
         rows.close()
 
 
-async def _plan(spec: JobSpec, source: Source, out: TextIO) -> int:
+async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
     settings = spec.settings
     err = spec.display.err
     count = _Count()
@@ -85,30 +87,18 @@ async def _plan(spec: JobSpec, source: Source, out: TextIO) -> int:
 
     chunks: list[tuple[int, int, int]] = []
     last: tuple[int, int, int] | None = None
-    planned = refused = 0
+    planned = 0
+    refused: Counter[str] = Counter()
     async for chunk in da.plan(messages(), **settings.options()):
         span = [lines.popleft() for _ in chunk.positions]
-        refused += len(chunk.refused)
+        refused.update(invalid.reason for invalid in chunk.refused)
         planned += 1
-        last = (len(span), span[0], span[-1])
+        last = (len(chunk.numbers), span[0], span[-1])
         if len(chunks) < _SHOWN_CHUNKS:
             chunks.append(last)
     report = [f"{spec.display.title} --dry-run ({spec.target.describe()}): nothing is sent"]
-    report.append(f"input: {spec.input.path}")
-    report.append(f"  {count.rows:,} recipients to send")
-    if count.malformed:
-        report.append(f"  {count.malformed:,} malformed input rows (recorded invalid, never sent)")
-    if count.duplicates:
-        report.append(f"  {count.duplicates:,} numbers already sent by an earlier run (--dedupe)")
-    if spec.resume:
-        report.append(f"  {count.skipped:,} lines already recorded in {spec.output} (skipped)")
-        if count.interrupted:
-            report.append(
-                f"  {count.interrupted:,} lines maybe sent by a killed run (recorded maybe_sent, "
-                "not sent again without --resend-maybe-sent)"
-            )
-    if settings.dedupe or settings.prevalidate:
-        report.append(f"  {refused:,} refused locally by --dedupe/--prevalidate")
+    report.append(f"input: {spec.input.path}{_layout(rows)}")
+    report += _table(_counts(spec, count, refused, rows.empty))
     rate = f", at most {spec.connection.rate:g} requests/s" if spec.connection.rate else ""
     report.append(
         f"plan: {planned:,} chunks of up to {settings.chunk_size:,} recipients, "
@@ -123,3 +113,45 @@ async def _plan(spec: JobSpec, source: Source, out: TextIO) -> int:
         report.append(f"  chunk {planned}: {size:,} recipients, lines {first:,}-{end:,}")
     print("\n".join(report), file=out)
     return OK
+
+
+def _counts(
+    spec: JobSpec, count: _Count, refused: Counter[str], empty: int
+) -> list[tuple[str, int, str]]:
+    """What becomes of every input row, one reason a line: (what, how many, why)."""
+    table = [("to send", count.rows - refused.total(), "")]
+    if count.malformed:
+        table.append(("refused: malformed input row", count.malformed, "recorded invalid"))
+    for reason, number in sorted(refused.items(), key=lambda item: (-item[1], item[0])):
+        screen = _SCREENS.get(reason, "--prevalidate")
+        table.append((f"refused: {reason}", number, f"{screen}; recorded invalid"))
+    if count.duplicates:
+        table.append(("refused: sent by an earlier run", count.duplicates, "--dedupe"))
+    if spec.resume:
+        table.append(("already recorded", count.skipped, f"in {spec.output}; skipped"))
+    if count.interrupted:
+        table.append(
+            ("maybe sent by a killed run", count.interrupted, "recorded maybe_sent, not sent")
+        )
+    if empty:
+        table.append(("empty rows", empty, "every field empty; no record"))
+    return table
+
+
+def _table(counts: list[tuple[str, int, str]]) -> list[str]:
+    total = sum(number for _, number, _ in counts)
+    rows = [(what, f"{number:,}", why) for what, number, why in counts]
+    rows.append(("total", f"{total:,}", ""))
+    left = max(len(what) for what, _, _ in rows)
+    right = max(len(number) for _, number, _ in rows)
+    return [
+        f"  {what.ljust(left)}  {number.rjust(right)}" + (f"  ({why})" if why else "")
+        for what, number, why in rows
+    ]
+
+
+def _layout(rows: Rows) -> str:
+    layout = rows.layout
+    if layout is None:
+        return f" ({rows.kind.upper()})"
+    return f" (CSV, separator {layout.separator}, {len(layout.names)} columns)"

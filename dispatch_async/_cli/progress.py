@@ -159,6 +159,8 @@ class Tally:
     malformed: int = 0
     interrupted: int = 0
     skipped: int = 0
+    #: Rows with every field empty (a spreadsheet's ``;;;`` lines): no record, no send.
+    empty: int = 0
     requests: int = 0
     retries: int = 0
     unexpected: int = 0
@@ -215,6 +217,8 @@ def render_summary(
         )
     if tally.skipped:
         lines.append(f"  skipped {tally.skipped:,} lines already recorded")
+    if tally.empty:
+        lines.append(f"  skipped {tally.empty:,} empty rows (every field empty; no record)")
     if tally.unexpected:
         lines.append(f"  the service named {tally.unexpected:,} numbers that were not sent")
     if output is not None:

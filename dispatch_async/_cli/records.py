@@ -1,6 +1,7 @@
 """The output records, one JSON line per input line, and the one place outcomes meet rows.
 
-A record is ``{"line", "number", "outcome", ...}``: ``sent`` with the service's ``id``,
+A record is ``{"line", "number", "outcome", ...}``: ``sent`` with the service's ``id``
+(and ``sent_as``, the number put on the wire, when ``--prevalidate`` rewrote it),
 ``invalid`` with its ``reason`` (and a ``detail`` for rows refused here), ``not_sent`` or
 ``maybe_sent`` with the ``error`` and its ``error_type``. Records are written from
 templates, each string through orjson: a job writes one per recipient, and a dict per
@@ -36,13 +37,24 @@ SHOWN_MALFORMED = 10
 
 _dumps = orjson.dumps
 _SENT = b'{"line":%d,"number":%b,"outcome":"sent","id":%b}'
+_SENT_AS = b'{"line":%d,"number":%b,"outcome":"sent","id":%b,"sent_as":%b}'
 _INVALID = b'{"line":%d,"number":%b,"outcome":"invalid","reason":%b}'
 _INVALID_DETAIL = b'{"line":%d,"number":%b,"outcome":"invalid","reason":%b,"detail":%b}'
 _FAILED = b'{"line":%d,"number":%b,"outcome":"%b","error":%b,"error_type":%b}'
 
 
-def sent_record(line: int, number: str, message_id: str) -> bytes:
-    """The record of a recipient the service accepted."""
+def sent_record(
+    line: int, number: str, message_id: str, wire: Callable[[str], str] | None = None
+) -> bytes:
+    """The record of a recipient the service accepted.
+
+    *wire* gives the number as sent (``--prevalidate``'s E.164): a record whose number
+    was rewritten says ``"sent_as"``. A number already in E.164 is not parsed again.
+    """
+    if wire is not None and not (number[:1] == "+" and number[1:].isdigit()):
+        sent = wire(number)
+        if sent != number:
+            return _SENT_AS % (line, _dumps(number), _dumps(message_id), _dumps(sent))
     return _SENT % (line, _dumps(number), _dumps(message_id))
 
 
@@ -79,15 +91,19 @@ def _as_is(error: da.DispatchError) -> tuple[str, str]:
 
 
 def part_records(
-    rows: Sequence[Row], part: da.DispatchResult, explain: Explain = _as_is
+    rows: Sequence[Row],
+    part: da.DispatchResult,
+    explain: Explain = _as_is,
+    wire: Callable[[str], str] | None = None,
 ) -> tuple[list[bytes], Counter[str]]:
     """One record per row of *part* (its sendable rows, in input order), and the counts.
 
     The SDK names each outcome by the number as given; a number can stand on several
     rows (with other vars), so repeats are matched in input order. A row the part does
     not mention (the SDK accounts for every one: this is a bug guard) is ``maybe_sent``.
+    *wire*: see ``sent_record``.
     """
-    if not part.failed:
+    if not part.failed and wire is None:
         quick = _column_records(rows, part.valid, part.invalid)
         if quick is not None:
             return quick
@@ -97,7 +113,7 @@ def part_records(
     counts: Counter[str] = Counter()
     for valid in part.valid:
         if (at := take(valid.number)) is not None:
-            append(_SENT % (rows[at].line, _dumps(valid.number), _dumps(valid.id)))
+            append(sent_record(rows[at].line, valid.number, valid.id, wire))
             counts["sent"] += 1
     for invalid in part.invalid:
         if (at := take(invalid.number)) is not None:

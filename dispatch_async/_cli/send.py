@@ -22,6 +22,8 @@ import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
+import orjson
+
 import dispatch_async as da
 
 from .input import Row, count_lines, line_bound
@@ -29,7 +31,7 @@ from .journal import JobFiles, Recorded
 from .progress import NoteHandler, Progress, Tally, make_progress, render_summary
 from .records import SHOWN_MALFORMED, failed_record, malformed_note, part_records
 from .source import Reading, Source
-from .spec import FAILED, OK, JobSpec, Problem, dedupe_key
+from .spec import FAILED, OK, JobSpec, Problem, dedupe_key, sent_as
 
 __all__ = ["run_send"]
 
@@ -59,6 +61,7 @@ class SendJob:
         self._failure: Exception | None = None
         self._task: asyncio.Task[None] | None = None
         self._shown_malformed = 0
+        self._wire = sent_as(spec.settings)
 
     def begin(self, source: Source, progress: Progress) -> None:
         """Attach the reading side; ``messages()`` is only iterated after this."""
@@ -133,7 +136,7 @@ class SendJob:
         pop = self._fed.pop
         rows = [pop(position) for position in part.positions]
         self._announced.pop(part.positions.start, None)
-        records, counts = part_records(rows, part, self._explain)
+        records, counts = part_records(rows, part, self._explain, self._wire)
         tally = self.tally
         tally.outcomes.update(counts)
         tally.requests += part.requests
@@ -260,7 +263,8 @@ async def run_send(spec: JobSpec) -> int:
         raise Problem("no account: set DISPATCH_ACCOUNT or pass --account")
     session = spec.connection.session(requests_per_second=spec.connection.rate)
     rows = spec.input.open()
-    files = JobFiles(spec.output, max_line=line_bound(spec.input.path))
+    stored = None if spec.job_options is None else orjson.dumps(spec.job_options)
+    files = JobFiles(spec.output, max_line=line_bound(spec.input.path), options=stored)
     job = SendJob(spec, files)
     try:
         async with session:
@@ -304,6 +308,7 @@ async def run_send(spec: JobSpec) -> int:
                 finally:
                     progress.close()
                     files.finish(complete=ended_normally and job.complete)
+            job.tally.empty = rows.empty
             return _conclude(spec, job, recorded, ended)
     except OSError as exc:
         raise Problem(f"cannot write {spec.output}: {exc.strerror or exc}", FAILED) from None

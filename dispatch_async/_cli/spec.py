@@ -32,6 +32,7 @@ __all__ = [
     "SendSettings",
     "Target",
     "dedupe_key",
+    "sent_as",
 ]
 
 #: Exit codes: every line sent or validly rejected; some lines failed (or the job stopped
@@ -201,20 +202,27 @@ class InputSpec:
     format: Format = "auto"
     number_column: str = "number"
     columns: tuple[str, ...] | None = None
+    delimiter: str | None = None
 
     def open(self) -> Rows:
         """The rows of the input (Problem if it cannot be read)."""
         try:
             rows = open_rows(
-                self.path, self.format, number_column=self.number_column, columns=self.columns
+                self.path,
+                self.format,
+                number_column=self.number_column,
+                columns=self.columns,
+                delimiter=self.delimiter,
             )
         except InputProblem as exc:
             raise Problem(f"{self.path}: {exc}") from None
         except OSError as exc:
             raise Problem(f"cannot read {self.path}: {exc.strerror}") from None
-        if rows.kind == "jsonl" and (self.columns is not None or self.number_column != "number"):
+        if rows.kind == "jsonl" and (
+            self.columns is not None or self.number_column != "number" or self.delimiter
+        ):
             rows.close()
-            raise Problem("--columns and --number-column apply to CSV input only")
+            raise Problem("--columns, --number-column and --delimiter apply to CSV input only")
         return rows
 
 
@@ -245,6 +253,8 @@ class JobSpec:
     resume: bool = False
     resend_maybe_sent: bool = False
     display: Display = Display()
+    #: What the journal of a new job stores, for ``--resume`` without flags.
+    job_options: dict[str, Any] | None = None
 
 
 def dedupe_key(settings: SendSettings) -> Callable[[str], str] | None:
@@ -257,7 +267,18 @@ def dedupe_key(settings: SendSettings) -> Callable[[str], str] | None:
         return None
     if not settings.prevalidate:
         return str
-    region = settings.region
+    return _e164(settings.region)
+
+
+def sent_as(settings: SendSettings) -> Callable[[str], str] | None:
+    """The number the SDK puts on the wire for one given, with ``--prevalidate`` (E.164).
+
+    None without it: the number is sent as written.
+    """
+    return _e164(settings.region) if settings.prevalidate else None
+
+
+def _e164(region: str | None) -> Callable[[str], str]:
     try:
         da.to_e164("+5511987654321")
     except da.DispatchError as exc:

@@ -1,0 +1,306 @@
+"""Reading a CSV as spreadsheets export it: any of four separators, loose column names.
+
+The separator is the one of ``,`` ``;`` tab ``|`` that splits the header line into the
+most fields (``--delimiter`` forces one); column names match ignoring case, surrounding
+spaces and a BOM; a row whose every field is empty (``;;;``) is not a row. Nothing here
+holds more than one row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import itertools
+import sys
+import unicodedata
+from collections.abc import Iterator, Sequence
+from typing import IO, Any
+
+import attrs
+
+from .rows import InputProblem, Row, Rows, UnreadableInput
+
+__all__ = [
+    "DELIMITERS",
+    "CsvLayout",
+    "column_key",
+    "csv_records",
+    "csv_rows",
+    "detect_delimiter",
+    "open_input",
+]
+
+#: The separators a CSV is read with, in the order a tie is settled.
+DELIMITERS = (",", ";", "\t", "|")
+_DELIMITER_NAMES = {",": "',' (comma)", ";": "';' (semicolon)", "\t": "tab", "|": "'|' (pipe)"}
+#: The longest CSV field read (csv's default, 131,072, is less than some real notes).
+_FIELD_LIMIT = 1 << 23
+
+
+@attrs.frozen
+class CsvLayout:
+    """How a CSV file is written, so a retry file can be written the same way."""
+
+    delimiter: str
+    #: The column names rows are read with (the header's, stripped, or ``--columns``).
+    names: tuple[str, ...]
+    #: The header's fields as written; None for a file without a header (``--columns``).
+    header: tuple[str, ...] | None
+    bom: bool = False
+    newline: str = "\n"
+
+    @property
+    def separator(self) -> str:
+        """The delimiter as a person reads it in a message: "';' (semicolon)"."""
+        return _DELIMITER_NAMES.get(self.delimiter, repr(self.delimiter))
+
+
+def open_input(path: str) -> tuple[IO[bytes], bool]:
+    """The byte stream of *path* (``-``: stdin), and whether the caller must close it."""
+    if path == "-":
+        return sys.stdin.buffer, False
+    return open(path, "rb"), True  # the caller closes it
+
+
+def csv_rows(
+    stream: IO[bytes],
+    rows: Rows,
+    *,
+    number_column: str,
+    columns: Sequence[str] | None,
+    delimiter: str | None,
+) -> None:
+    """Read the header of *stream* and set *rows* to iterate its records."""
+    text = _text(stream)
+    reader, rows.layout = _start_csv(text, delimiter, columns)
+    if reader is None:
+        _detach(text)
+        return
+    records = _csv_records(reader, rows.layout, number_column, rows)
+    rows._rows = _detached_at_end(records, text)
+
+
+@contextlib.contextmanager
+def csv_records(
+    path: str, *, delimiter: str | None = None, columns: Sequence[str] | None = None
+) -> Iterator[tuple[CsvLayout, Iterator[tuple[int, list[str]]]]]:
+    """The CSV's layout and its records as written, ``(first line, fields)``, header apart.
+
+    Read exactly as ``open_rows`` reads them (the same separator, the same line numbers),
+    for writing chosen rows back out. Every record is yielded, empty ones too.
+
+    Raises:
+        OSError: the file cannot be opened.
+        UnreadableInput: a record is not valid CSV (nothing after it is trusted).
+    """
+    stream, owned = open_input(path)
+    text = _text(stream)
+    try:
+        reader, layout = _start_csv(text, delimiter, columns)
+        yield layout, _raw_records(reader)
+    finally:
+        _detach(text)
+        if owned:
+            stream.close()
+
+
+def _raw_records(reader: Any) -> Iterator[tuple[int, list[str]]]:
+    if reader is None:
+        return
+    while True:
+        start = reader.line_num + 1
+        try:
+            fields: list[str] = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise UnreadableInput(f"line {start} of the input is not valid CSV ({exc})") from None
+        yield start, fields
+
+
+def detect_delimiter(line: str) -> str:
+    """The one of ``DELIMITERS`` that splits *line* (a header) into the most fields.
+
+    Each candidate is tried with the csv module itself, so quoted names count right.
+    Not ``csv.Sniffer``: it prefers ``,`` whenever one appears, and a pt-BR header such
+    as ``Nome;Telefone;Data, hora`` has one.
+    """
+    best, most = DELIMITERS[0], 1
+    for delimiter in DELIMITERS:
+        try:
+            fields = next(csv.reader([line], delimiter=delimiter))
+        except (csv.Error, StopIteration):
+            continue
+        if len(fields) > most:
+            best, most = delimiter, len(fields)
+    return best
+
+
+def column_key(name: str) -> str:
+    """The form column names are compared in: case, surrounding spaces and a BOM ignored."""
+    return unicodedata.normalize("NFC", name.replace("\ufeff", "")).strip().casefold()
+
+
+def _text(stream: IO[bytes]) -> io.TextIOWrapper:
+    # Bad bytes become surrogates instead of ending the job; the row is then malformed.
+    return io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape", newline="")
+
+
+def _start_csv(
+    text: io.TextIOWrapper, delimiter: str | None, columns: Sequence[str] | None
+) -> tuple[Any, CsvLayout]:
+    """A csv reader past the header, and the layout; the reader is None for an empty file.
+
+    The separator is found on the first line that is not blank (the header, or the first
+    row with ``--columns``); the lines read to find it are handed back to the reader, so
+    line numbers stay the file's.
+    """
+    lead: list[str] = []
+    bom = False
+    while line := text.readline():
+        if not lead and line.startswith("\ufeff"):
+            bom, line = True, line[1:]
+        lead.append(line)
+        if line.strip():
+            break
+    first = lead[-1] if lead else ""
+    if delimiter is None:
+        delimiter = detect_delimiter(first)
+    newline = "\r\n" if first.endswith("\r\n") else "\n"
+    # strict: a stray quote is reported on its row instead of swallowing the file's rest.
+    reader = csv.reader(itertools.chain(lead, text), delimiter=delimiter, strict=True)
+    csv.field_size_limit(_FIELD_LIMIT)
+    if columns is not None:
+        names = tuple(name.strip() for name in columns)
+        return reader, CsvLayout(delimiter, names, None, bom, newline)
+    header = _header(reader)
+    if header is None:
+        return None, CsvLayout(delimiter, (), None, bom, newline)
+    names = tuple(name.replace("\ufeff", "").strip() for name in header)
+    return reader, CsvLayout(delimiter, names, tuple(header), bom, newline)
+
+
+def _detached_at_end(rows: Iterator[Row], text: io.TextIOWrapper) -> Iterator[Row]:
+    try:
+        yield from rows
+    finally:
+        _detach(text)
+
+
+def _detach(text: io.TextIOWrapper) -> None:
+    # The stream is Rows's to close: a wrapper dropped still attached closes it (with a
+    # ResourceWarning) as soon as the rows run out, before the caller is done.
+    with contextlib.suppress(ValueError):  # the stream was closed first
+        text.detach()
+
+
+def _header(reader: Any) -> list[str] | None:
+    while True:
+        try:
+            fields: list[str] = next(reader)
+        except StopIteration:
+            return None  # an empty file has no rows
+        except csv.Error as exc:
+            raise InputProblem(
+                f"the CSV header (line {reader.line_num}) is unreadable: {exc}"
+            ) from None
+        if fields and any(f.strip() for f in fields):
+            if not _is_utf8(fields):
+                raise InputProblem(
+                    f"the CSV header (line {reader.line_num}) is not valid UTF-8: "
+                    "save the file as UTF-8 (in Excel: Save As, CSV UTF-8)"
+                )
+            return fields
+
+
+def _csv_records(reader: Any, layout: CsvLayout, number_column: str, rows: Rows) -> Iterator[Row]:
+    names = list(layout.names)
+    wanted = column_key(number_column)
+    found = [i for i, name in enumerate(names) if column_key(name) == wanted]
+    if not found:
+        shown = ", ".join(repr(n) for n in names if n) or "none"
+        raise InputProblem(
+            f"the CSV has no {number_column!r} column (columns: {shown}, read with the "
+            f"separator {layout.separator}); name it with --number-column, force the "
+            "separator with --delimiter, or give --columns for a file without a header"
+        )
+    if len(found) > 1:
+        shown = ", ".join(repr(names[i]) for i in found)
+        raise InputProblem(
+            f"--number-column {number_column!r} matches the columns {shown} (case and "
+            "surrounding spaces are ignored): rename one of them"
+        )
+    named = [n for n in names if n]
+    if len(set(named)) != len(named):
+        repeated = sorted({n for n in named if named.count(n) > 1})
+        raise InputProblem(f"the CSV header repeats column(s) {', '.join(map(repr, repeated))}")
+    width = len(names)
+    number_at = found[0]
+    # Columns without a name cannot become a vars entry (a trailing comma in the header).
+    var_columns = [(i, n) for i, n in enumerate(names) if i != number_at and n]
+    return _csv_iter(reader, width, number_at, var_columns, rows)
+
+
+def _csv_iter(
+    reader: Any, width: int, number_at: int, var_columns: list[tuple[int, str]], rows: Rows
+) -> Iterator[Row]:
+    while True:
+        start = reader.line_num + 1
+        try:
+            fields: list[str] = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            # Reading on would start inside the broken record (a quoted field's text could
+            # become recipients): nothing after it is trusted.
+            raise UnreadableInput(
+                f"line {start} of the input is not valid CSV ({exc}); nothing from there on "
+                "was read: fix the file, then run again with --resume"
+            ) from None
+        if len(fields) != width:
+            if _is_empty(fields):
+                rows.empty += 1
+                continue
+            number = (fields[number_at].strip() or None) if len(fields) > number_at else None
+            yield Row(
+                start,
+                _printable(number),
+                None,
+                f"expected {width} fields, found {len(fields)}",
+            )
+            continue
+        number = fields[number_at].strip()
+        if not number:
+            if _is_empty(fields):
+                rows.empty += 1
+            else:
+                yield Row(start, None, None, "the number is empty")
+            continue
+        if not _is_utf8(fields):
+            yield Row(start, _printable(number), None, "the row is not valid UTF-8")
+            continue
+        values = {name: fields[i] for i, name in var_columns}
+        yield Row(start, number, {"number": number, "vars": values})
+
+
+def _is_empty(fields: list[str]) -> bool:
+    """A blank line, or a spreadsheet's empty row (``;;;``): not a row at all."""
+    return not any(field.strip() for field in fields)
+
+
+def _is_utf8(fields: list[str]) -> bool:
+    joined = "".join(fields)
+    if joined.isascii():
+        return True
+    try:
+        joined.encode("utf-8")
+    except UnicodeEncodeError:  # a surrogate: the file had bytes that are not UTF-8
+        return False
+    return True
+
+
+def _printable(number: str | None) -> str | None:
+    if number is None or _is_utf8([number]):
+        return number
+    return None

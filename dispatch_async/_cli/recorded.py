@@ -1,0 +1,155 @@
+"""What a job's output said when a run started, line by line: what to skip or redo.
+
+Built by ``JobFiles`` from the output and its journal (see ``journal``); read by the
+``Source`` for every input row.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import attrs
+import orjson
+
+import dispatch_async as da
+
+from .records import OUTCOMES
+from .rows import MALFORMED
+from .spec import Problem
+
+__all__ = ["Recorded", "new_record"]
+
+_NONE, _DONE, _PENDING, _REDO = 0, 1, 2, 3
+_MARK_PENDING = bytes.maketrans(bytes([_NONE]), bytes([_PENDING]))
+_PENDING_RUNS = re.compile(re.escape(bytes([_PENDING])) + b"+")
+
+
+def _crc(number: str) -> int:
+    return zlib.crc32(number.encode("utf-8", "surrogateescape"))
+
+
+@attrs.define
+class Recorded:
+    """What the output said, line by line, when the job started; empty for a new job.
+
+    ``kept`` counts the records kept per outcome; their lines are skipped. ``seen``
+    holds the numbers those records sent or tried (for ``--dedupe`` across runs).
+    """
+
+    resend_maybe_sent: bool = False
+    status: bytearray = attrs.field(factory=bytearray)
+    crcs: array[int] = attrs.field(factory=lambda: array("I"))
+    kept: Counter[str] = attrs.field(factory=Counter)
+    seen: set[str] | None = None
+    #: No input line is above this (see ``line_bound``); a record beyond it is corrupt.
+    max_line: int = 0
+    #: The form ``seen`` holds (the one dedupe compares), applied to what is loaded back.
+    canonical: Callable[[str], str] | None = None
+    redo: int = 0
+    duplicates: int = 0
+    torn: bool = False
+
+    def is_done(self, line: int) -> bool:
+        """Whether *line* has a record that stays: skip it."""
+        return line < len(self.status) and self.status[line] == _DONE
+
+    def is_pending(self, line: int) -> bool:
+        """Whether *line* was maybe sent by a run that died, and must not be sent again."""
+        return (
+            not self.resend_maybe_sent and line < len(self.status) and self.status[line] == _PENDING
+        )
+
+    def matches(self, line: int, number: str | None) -> bool:
+        """Whether the kept record of *line* is for *number* (the input did not change).
+
+        A record without a number (written by hand) matches anything.
+        """
+        stored = self.crcs[line]
+        return stored == 0 or (number is not None and stored == _crc(number))
+
+    @property
+    def done_lines(self) -> int:
+        return sum(self.kept.values())
+
+    @property
+    def pending_lines(self) -> int:
+        """Lines maybe sent by a run that died, with no record."""
+        return self.status.count(_PENDING)
+
+    def _grow(self, line: int) -> None:
+        if line >= len(self.status):
+            more = max(line + 1 - len(self.status), len(self.status))
+            self.status.extend(bytes(more))
+            self.crcs.extend(array("I", bytes(4 * more)))
+
+    def _add(self, raw: bytes, where: str) -> bool:
+        """Take in one output record; True if it is kept."""
+        try:
+            record = orjson.loads(raw)
+            line = record["line"]
+            outcome = record["outcome"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            raise Problem(
+                f"{where} is not a dispatch-async record; fix or delete that line, then resume"
+            ) from None
+        if type(line) is not int or line < 1 or outcome not in OUTCOMES:
+            raise Problem(f"{where} has no valid line and outcome; fix or delete it")
+        if line > self.max_line:
+            raise Problem(
+                f"{where} names line {line:,}, but the input has at most {self.max_line:,} "
+                "lines: it is not an output of this input; fix or delete it"
+            )
+        number = record.get("number")
+        number = number if type(number) is str else None
+        reason = record.get("reason")
+        self._grow(line)
+        if self.status[line] != _NONE:
+            self.duplicates += 1
+            return False
+        if outcome == "not_sent" or (outcome == "invalid" and reason == MALFORMED):
+            self.status[line] = _REDO
+            self.redo += 1
+            return False
+        if outcome == "maybe_sent" and self.resend_maybe_sent:
+            # Still "maybe sent" in the journal until a run reaches the line again.
+            self.status[line] = _PENDING
+            self.redo += 1
+            return False
+        self.status[line] = _DONE
+        if number is not None:
+            self.crcs[line] = _crc(number)
+            if self.seen is not None and not (
+                outcome == "invalid" and reason == da.DUPLICATE_REASON
+            ):
+                self.seen.add(self.canonical(number) if self.canonical else number)
+        self.kept[outcome] += 1
+        return True
+
+    def _mark_pending(self, ranges: Iterable[tuple[int, int]], where: Path) -> None:
+        for first, last in ranges:
+            if not 1 <= first <= last <= self.max_line:
+                raise Problem(
+                    f"{where} has the range {first:,}-{last:,}, but the input has at most "
+                    f"{self.max_line:,} lines: it is not a journal of this input; "
+                    "fix or delete it"
+                )
+            self._grow(last)
+            self.status[first : last + 1] = self.status[first : last + 1].translate(_MARK_PENDING)
+
+    def pending_ranges(self) -> list[tuple[int, int]]:
+        """Runs of lines that are maybe sent and have no record, as (first, last)."""
+        return [(m.start(), m.end() - 1) for m in _PENDING_RUNS.finditer(self.status)]
+
+
+def new_record(
+    resend_maybe_sent: bool, dedupe: Callable[[str], str] | None, max_line: int
+) -> Recorded:
+    """What a job starts from before reading its output (all of a new job)."""
+    if dedupe is None:
+        return Recorded(resend_maybe_sent, max_line=max_line)
+    return Recorded(resend_maybe_sent, seen=set(), canonical=dedupe, max_line=max_line)
