@@ -684,6 +684,9 @@ class TestResume:
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
         )  # fmt: skip
         await wait_for_records(out, 2000, process)
+        # Hold the next requests, so that some are certainly in flight when the kill lands.
+        server.latency = 3600
+        await server.wait_until(lambda: server.in_flight > 0, timeout=60)
         process.kill()
         await process.wait()
         assert process.returncode == -signal.SIGKILL
