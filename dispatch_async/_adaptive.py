@@ -73,9 +73,9 @@ def _positive(_: object, attribute: attrs.Attribute[float], value: float | None)
 
 @attrs.frozen
 class Aimd:
-    """How the rate is learned; ``maximum`` bounds it (None: no bound but the service's)."""
+    """How the rate is learned; ``max_requests_per_second`` bounds it (None: only the service)."""
 
-    maximum: float | None = attrs.field(default=None, validator=_positive)
+    max_requests_per_second: float | None = attrs.field(default=None, validator=_positive)
     initial: float = attrs.field(default=10.0, validator=_positive)
     minimum: float = attrs.field(default=0.1, validator=_positive)
     #: Each 429 multiplies the rate by this.
@@ -112,4 +112,8 @@ class Aimd:
 
     def _bounded(self, rate: float) -> float:
         rate = max(rate, self.minimum)
-        return rate if self.maximum is None else min(rate, self.maximum)
+        return (
+            rate
+            if self.max_requests_per_second is None
+            else min(rate, self.max_requests_per_second)
+        )

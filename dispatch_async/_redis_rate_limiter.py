@@ -184,7 +184,7 @@ class RedisRateLimiter:
 
         # A fixed rate's key is the one `limits` names for it; the learned one never moves.
         key = (
-            "learned"
+            "window"
             if self.learner is not None
             else RateLimitItemPerSecond(amount, seconds).key_for("requests")
         )

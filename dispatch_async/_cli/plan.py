@@ -109,7 +109,11 @@ async def _plan(spec: JobSpec, source: Source, out: TextIO) -> int:
             )
     if settings.dedupe or settings.prevalidate:
         report.append(f"  {refused:,} refused locally by --dedupe/--prevalidate")
-    rate = f", at most {spec.connection.rate:g} requests/s" if spec.connection.rate else ""
+    given = spec.connection.rate
+    if given == "auto":
+        rate = ", at a rate learned from the service's 429s"
+    else:
+        rate = f", at most {given:g} requests/s" if given else ""
     report.append(
         f"plan: {planned:,} chunks of up to {settings.chunk_size:,} recipients, "
         f"{settings.concurrency} in flight at a time{rate}"
