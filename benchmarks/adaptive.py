@@ -153,6 +153,7 @@ def run(mode: str, workers: int, redis_url: str, seconds: float, drop_at: float)
             f"{LIMIT:g}",
         ],
         stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
         cwd=HERE.parent,
     )

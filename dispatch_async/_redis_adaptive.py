@@ -33,6 +33,15 @@ KEEP = 24 * 3600
 #: Tries at a compare-and-set before giving the decision up (others are deciding).
 TRIES = 3
 
+#: The fleet's schedule: the next free send time, moved on by 1/rate for each request.
+_RESERVE = """
+local now = tonumber(ARGV[1])
+local gap = tonumber(ARGV[2])
+local at = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0') or now)
+redis.call('SET', KEYS[1], tostring(at + gap), 'PX', math.ceil((at + gap - now) * 1000) + 1000)
+return tostring(at - now)
+"""
+
 _SWAP = """
 local current = redis.call('GET', KEYS[1])
 if (current or '') == ARGV[1] then
@@ -63,6 +72,7 @@ class SharedRate:
         self._on_error = on_error
         self._errors = redis_errors()
         self._script: Any = None
+        self._reserve: Any = None
         self.state: RateState | None = None
         self._read_at = -math.inf
         self.pace = Pace(lambda: self.current_rate)
@@ -73,11 +83,16 @@ class SharedRate:
 
     async def take(self) -> Slot:
         """Return when the fleet's rate lets one more request go from this process."""
-        await self.refresh()
-        held = await self.pace.wait()
-        held = await self._window(self.current_rate) or held
-        assert self.state is not None
-        return Slot(self.state.version, held)
+        state = await self.refresh()
+        # Reserved at this rate, the request belongs to it, whatever is learned meanwhile.
+        return Slot(state.version, await self._window(state.rate))
+
+    async def reserve(self, rate: float) -> float:
+        """Reserve the fleet's next free send time at *rate*: seconds until it comes."""
+        if self._reserve is None:
+            self._reserve = self._client().register_script(_RESERVE)
+        wait = await self._reserve(keys=[f"{self._key}:next"], args=[time.time(), 1 / rate])
+        return float(wait)
 
     async def refresh(self) -> RateState:
         """The fleet's rate, read again if this process's copy is a moment old."""
@@ -139,7 +154,7 @@ class SharedRate:
 
     def forget_client(self) -> None:
         """The client was closed: register the script on the next one."""
-        self._script = None
+        self._script = self._reserve = None
 
     def _keep(self, state: RateState) -> None:
         self.state = state

@@ -9,17 +9,18 @@ each process also paces itself locally to the fleet rate. Only the rate is
 shared; a 429's Retry-After pause stays with the process that was told (see `Throttle`).
 
 With ``requests_per_second="auto"`` the fleet learns the rate from the service's answers
-(`_redis_adaptive`): the window then counts in whole requests per second of the learned
-rate, under one key whatever the rate.
+(`_redis_adaptive`), and instead of the window each request reserves the fleet's next free
+send time at that rate (first come, first served: a window at the rate a process also
+paces itself to lets the first process to catch a free slot keep every later one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
 import time
+from collections.abc import Awaitable, Callable
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -99,7 +100,7 @@ class RedisRateLimiter:
                 self._client,
                 f"{self.key_prefix}rate:learned",
                 Aimd(max_requests_per_second),
-                self._learned_window,
+                self._scheduled,
                 self._failed,
             )
         elif (
@@ -177,46 +178,65 @@ class RedisRateLimiter:
         rate = Fraction(self._fixed).limit_denominator(1000)
         await self._window(rate.numerator, rate.denominator)
 
-    async def _window(self, amount: int, seconds: int) -> bool:
+    async def _window(self, amount: int, seconds: int) -> None:
         """Return when the fleet sent fewer than *amount* requests in the last *seconds*
-        (and count this one); True if that meant waiting."""
+        (and count this one)."""
         from limits import RateLimitItemPerSecond
 
-        # A fixed rate's key is the one `limits` names for it; the learned one never moves.
-        key = (
-            "window"
-            if self.learner is not None
-            else RateLimitItemPerSecond(amount, seconds).key_for("requests")
-        )
+        key = RateLimitItemPerSecond(amount, seconds).key_for("requests")
         failures = 0
-        waited = False
         while True:
             try:
                 storage = self._get()
                 if await storage.acquire_entry(key, amount, seconds):
                     self._recovered()
-                    return waited
+                    return
                 # When the oldest request in the window leaves it.
                 start, _ = await storage.get_moving_window(key, amount, seconds)
                 delay = start + seconds - time.time()
                 failures = 0
             except redis_errors() as exc:
                 failures += 1
-                self._failed(exc)
-                if self.on_redis_error == "open":
-                    await self._local_limiter().acquire()
-                    return waited
-                delay = min(CLOSED_FIRST_WAIT * 2 ** (failures - 1), CLOSED_MAX_WAIT)
-            waited = True
+                if await self._outage(exc, failures, self._local_limiter().acquire):
+                    return
+                continue
             # A little jitter, so waiting processes do not all retry at the same instant.
             slot = seconds / amount
             await asyncio.sleep(max(delay, 0.0) + random.uniform(0, slot / 4))  # noqa: S311
 
-    async def _learned_window(self, rate: float) -> bool:
-        """The window at a learned *rate*: whole requests per second (1 per N s below 1/s)."""
-        if rate >= 1:
-            return await self._window(math.floor(rate), 1)
-        return await self._window(1, math.ceil(1 / rate))
+    async def _scheduled(self, rate: float) -> bool:
+        """Wait for this request's turn in the fleet's schedule at *rate*; True if it waited.
+
+        First come, first served: each request reserves the next free send time, so no
+        process starves another, whatever their speeds. Failing open, each process keeps
+        to the last rate it learned.
+        """
+        assert self.learner is not None
+        failures = 0
+        while True:
+            try:
+                wait = await self.learner.reserve(rate)
+            except redis_errors() as exc:
+                failures += 1
+                if await self._outage(exc, failures, self.learner.pace.wait):
+                    return True
+                continue
+            self._recovered()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            return wait > 0
+
+    async def _outage(
+        self, exc: BaseException, failures: int, local: Callable[[], Awaitable[object]]
+    ) -> bool:
+        """Redis failed *failures* times in a row: True once *local* let a request go
+        (failing open), False after a wait before trying Redis again (failing closed)."""
+        self._failed(exc)
+        if self.on_redis_error == "open":
+            await local()
+            return True
+        await asyncio.sleep(min(CLOSED_FIRST_WAIT * 2 ** (failures - 1), CLOSED_MAX_WAIT))
+        return False
 
     def _failed(self, exc: BaseException) -> None:
         if not self._failing:

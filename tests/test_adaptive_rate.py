@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ from dispatch_async._throttle import Throttle
 from dispatch_async.instrumentation import Event, RateChanged
 from dispatch_async.testing import FakeDispatchServer
 from tests.conftest import SECRET, numbers
+from tests.test_cli import dispatch_async, records, write_csv
 
 
 def grown(aimd: Aimd, state: RateState, seconds: float) -> RateState:
@@ -203,3 +206,55 @@ class TestAgainstARateLimitedSimulator:
         ):
             await session.send_basic(numbers(40), text="hi", chunk_size=1, max_concurrency=8)
             assert session.requests_per_second == 12
+
+
+class TestTheCommandLine:
+    """``--rate auto``: the same learning, through the SDK's public API."""
+
+    async def test_sends_every_row_once_learning_the_rate(self, tmp_path: Path) -> None:
+        async with FakeDispatchServer(rate_limit=30, client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(60))
+            output = tmp_path / "out.jsonl"
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "-o", output,
+                "--rate", "auto", "--attempts", "50", "--chunk-size", "1", "-q", "-v",
+                env=cli_env(server),
+            )  # fmt: skip
+            assert run.code == 0, run.stderr
+            assert server.stats.recipients_received == 60
+            assert not server.stats.duplicates
+        assert sorted(r["number"] for r in records(output)) == numbers(60)
+        assert "learned request rate is" in run.stderr
+
+    async def test_the_plan_says_the_rate_is_learned(self, tmp_path: Path) -> None:
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(3))
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "--dry-run", "--rate", "AUTO",
+                env=cli_env(server),
+            )  # fmt: skip
+        assert run.code == 0, run.stderr
+        assert "at a rate learned from the service's 429s" in run.stdout + run.stderr
+
+    @pytest.mark.parametrize("rate", ["fast", "0", "-3", "nan"])
+    async def test_a_rate_that_is_neither_a_number_nor_auto_is_refused(
+        self, tmp_path: Path, rate: str
+    ) -> None:
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(3))
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "-o", tmp_path / "out.jsonl",
+                "--rate", rate, env=cli_env(server),
+            )  # fmt: skip
+            assert server.stats.dispatch_calls == 0
+        assert run.code != 0
+        assert "neither a positive number nor 'auto'" in run.stderr
+
+
+def cli_env(server: FakeDispatchServer) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+    return clean | {
+        "DISPATCH_BASE_URL": server.url,
+        "DISPATCH_CLIENT_SECRET": SECRET,
+        "DISPATCH_ACCOUNT": "acme",
+    }
