@@ -9,7 +9,8 @@
 * ``fixed``: 45 requests/s, 10% under the first limit (a fleet shares it in Redis);
 * ``none``: no rate at all, paced by the 429s' Retry-After alone.
 
-Each worker sends chunks of 10 recipients, 8 in flight, as fast as its pacing lets it.
+Each worker sends chunks of 10 recipients, 8 in flight, as fast as its pacing lets it, from
+a start the harness gives once every worker has imported and opened its session.
 The harness reads the simulator's counters (``GET /_stats``) every 0.25 s and derives:
 
 * converged after: the first moment from which, until the drop, at most 2% of answers
@@ -54,8 +55,6 @@ async def _worker(
     prefix: str,
     mode: str,
     fleet: bool,
-    start: float,
-    until: float,
     index: int,
 ) -> None:
     import dispatch_async as da
@@ -69,6 +68,7 @@ async def _worker(
             limiter = da.RedisRateLimiter(redis_url, requests_per_second=rate, key_prefix=prefix)
             rate = None
     learned: list[tuple[float, float]] = []
+    start = until = 0.0
 
     def hook(event: Any) -> None:
         if isinstance(event, RateChanged):
@@ -86,6 +86,9 @@ async def _worker(
         max_concurrency=8,
         hooks=[hook],
     ) as session:
+        # Imported and open: the harness gives every worker the same start once all are.
+        print("ready", flush=True)
+        start, until = map(float, (await asyncio.to_thread(sys.stdin.readline)).split())
         await asyncio.sleep(max(start - time.time(), 0))
         batch = 0
         while time.time() < until:
@@ -160,8 +163,6 @@ def run(mode: str, workers: int, redis_url: str, seconds: float, drop_at: float)
     try:
         assert simulator.stdout is not None
         url = simulator.stdout.readline().strip()
-        start = time.time() + 2.0  # every worker has imported and opened its session
-        until = start + seconds
         prefix = f"adaptive-{mode}-{time.time_ns()}:"  # a fleet's own learned rate and window
         processes = [
             subprocess.Popen(  # noqa: S603 - our own interpreter and script
@@ -174,16 +175,25 @@ def run(mode: str, workers: int, redis_url: str, seconds: float, drop_at: float)
                     prefix,
                     mode,
                     str(int(workers > 1)),
-                    str(start),
-                    str(until),
                     str(index),
                 ],
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
                 cwd=HERE.parent,
             )
             for index in range(workers)
         ]
+        for process in processes:
+            assert process.stdout is not None
+            if process.stdout.readline().strip() != "ready":
+                raise SystemExit("a worker did not start")
+        start = time.time() + 0.2
+        until = start + seconds
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.write(f"{start} {until}\n")
+            process.stdin.flush()
         samples: list[tuple[float, int, int]] = []
         dropped = False
         while time.time() < until + 0.3:
@@ -197,7 +207,8 @@ def run(mode: str, workers: int, redis_url: str, seconds: float, drop_at: float)
                 dropped = True
             time.sleep(SAMPLE)
         reports = [
-            json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in processes
+            json.loads(p.communicate("", timeout=120)[0].strip().splitlines()[-1])
+            for p in processes
         ]
     finally:
         simulator.terminate()
@@ -336,12 +347,8 @@ def verdicts(result: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        url, redis_url, prefix, mode, fleet, start, until, index = sys.argv[2:10]
-        asyncio.run(
-            _worker(
-                url, redis_url, prefix, mode, fleet == "1", float(start), float(until), int(index)
-            )
-        )
+        url, redis_url, prefix, mode, fleet, index = sys.argv[2:8]
+        asyncio.run(_worker(url, redis_url, prefix, mode, fleet == "1", int(index)))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each run")

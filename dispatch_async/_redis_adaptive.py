@@ -15,6 +15,7 @@ version, not by time.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -73,6 +74,7 @@ class SharedRate:
         self._errors = redis_errors()
         self._script: Any = None
         self._reserve: Any = None
+        self._turn: asyncio.Lock | None = None
         self.state: RateState | None = None
         self._read_at = -math.inf
         self.pace = Pace(lambda: self.current_rate)
@@ -83,9 +85,14 @@ class SharedRate:
 
     async def take(self) -> Slot:
         """Return when the fleet's rate lets one more request go from this process."""
-        state = await self.refresh()
-        # Reserved at this rate, the request belongs to it, whatever is learned meanwhile.
-        return Slot(state.version, await self._window(state.rate))
+        # One reservation at a time per process: else each of its waiting requests would
+        # book a slot ahead, at a rate that may have changed by the time the last comes.
+        if self._turn is None:
+            self._turn = asyncio.Lock()
+        async with self._turn:
+            state = await self.refresh()
+            # Reserved at this rate, the request belongs to it, whatever is learned meanwhile.
+            return Slot(state.version, await self._window(state.rate))
 
     async def reserve(self, rate: float) -> float:
         """Reserve the fleet's next free send time at *rate*: seconds until it comes."""

@@ -1,7 +1,9 @@
-"""One worker of a fleet learning its rate in Redis: sends until a wall-clock time, reports.
+"""One worker of a fleet learning its rate in Redis: sends, then reports.
 
-``python -m tests.fleet._adaptive_worker URL REDIS_URL PREFIX UNTIL INDEX`` prints one JSON
-line: what it sent, and every learned rate it saw (``RateChanged`` events).
+``python -m tests.fleet._adaptive_worker URL REDIS_URL PREFIX INDEX UNTIL`` prints one JSON
+line: what it sent, and every learned rate it saw (``RateChanged`` events). UNTIL is
+``decrease`` (send until the shared rate has been cut, by anyone; 30 s at most) or
+``once`` (one batch).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import dispatch_async as da
 from dispatch_async.instrumentation import Event, RateChanged
 
 
-async def work(url: str, redis_url: str, prefix: str, until: float, index: int) -> None:
+async def work(url: str, redis_url: str, prefix: str, index: int, until: str) -> None:
     limiter = da.RedisRateLimiter(redis_url, requests_per_second="auto", key_prefix=prefix)
     seen: list[dict[str, object]] = []
 
@@ -37,7 +39,10 @@ async def work(url: str, redis_url: str, prefix: str, until: float, index: int) 
         hooks=[hook],
     ) as session:
         batch = 0
-        while time.time() < until:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (until == "once" and batch):
+            if until == "decrease" and any(seen["reason"] == "decrease" for seen in seen):
+                break
             start = index * 1_000_000 + batch * 10
             numbers = [f"+55119{n:08d}" for n in range(start, start + 10)]
             result = await session.send_basic(numbers, text="hi")
@@ -49,5 +54,5 @@ async def work(url: str, redis_url: str, prefix: str, until: float, index: int) 
 
 
 if __name__ == "__main__":
-    url, redis_url, prefix, until, index = sys.argv[1:6]
-    asyncio.run(work(url, redis_url, prefix, float(until), int(index)))
+    url, redis_url, prefix, index, until = sys.argv[1:6]
+    asyncio.run(work(url, redis_url, prefix, int(index), until))

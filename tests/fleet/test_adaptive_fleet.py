@@ -22,10 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 async def workers(
-    urls: list[str], redis_server: str, prefix: str, seconds: float
+    urls: list[str], redis_server: str, prefix: str, until: str
 ) -> list[dict[str, Any]]:
-    """One worker process per URL, all on *prefix*, sending for *seconds*; their reports."""
-    until = time.time() + seconds
+    """One worker process per URL, all on *prefix*, sending *until* (see the worker)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     processes = [
         await asyncio.create_subprocess_exec(
@@ -35,15 +34,15 @@ async def workers(
             url,
             redis_server,
             prefix,
-            str(until),
             str(index),
+            until,
             cwd=ROOT,
             env=env,
             stdout=asyncio.subprocess.PIPE,
         )
         for index, url in enumerate(urls)
     ]
-    outputs = [await asyncio.wait_for(p.communicate(), timeout=seconds + 60) for p in processes]
+    outputs = [await asyncio.wait_for(p.communicate(), timeout=90) for p in processes]
     assert [p.returncode for p in processes] == [0] * len(processes)
     return [json.loads(out.decode().strip().splitlines()[-1]) for out, _ in outputs]
 
@@ -65,10 +64,10 @@ async def test_a_429_seen_by_one_worker_lowers_the_rate_of_all(
 ) -> None:
     # The first worker's service limits it; the second's never answers 429.
     async with (
-        FakeDispatchServer(client_secret="test-secret", rate_limit=4) as limited,
+        FakeDispatchServer(client_secret="test-secret", rate_limit=2) as limited,
         FakeDispatchServer(client_secret="test-secret") as free,
     ):
-        first, second = await workers([limited.url, free.url], redis_server, prefix, 4.0)
+        first, second = await workers([limited.url, free.url], redis_server, prefix, "decrease")
         assert limited.stats.rate_limited > 0
         assert free.stats.rate_limited == 0
         assert limited.stats.recipients_received == first["sent"]
@@ -85,10 +84,10 @@ async def test_a_worker_that_starts_later_adopts_the_fleets_rate(
     redis_server: str, prefix: str
 ) -> None:
     async with FakeDispatchServer(client_secret="test-secret", rate_limit=3) as server:
-        await workers([server.url], redis_server, prefix, 3.0)
+        await workers([server.url], redis_server, prefix, "decrease")
         before = await stored(redis_server, prefix)
         assert before.rate < Aimd().initial  # it learned something below where it started
-        (late,) = await workers([server.url], redis_server, prefix, 0.5)
+        (late,) = await workers([server.url], redis_server, prefix, "once")
     first = late["seen"][0]
     assert first["previous"] is None
     assert first["reason"] != "start"  # adopted, not probing from scratch
@@ -98,14 +97,17 @@ async def test_a_worker_that_starts_later_adopts_the_fleets_rate(
 class TestCoordination:
     """Many processes deciding at once change the shared rate once (compare-and-set)."""
 
-    async def limiters(self, redis_server: str, prefix: str, state: RateState) -> list[Any]:
+    async def limiters(
+        self, redis_server: str, prefix: str, state: RateState, count: int = 5
+    ) -> list[Any]:
+        """*count* processes' limiters, each holding *state* as the fleet's rate."""
         client = redis.asyncio.Redis.from_url(redis_server)
         try:
             await client.set(f"{prefix}rate:learned", state.encode())
         finally:
             await client.aclose()
         found = []
-        for _ in range(5):
+        for _ in range(count):
             limiter = da.RedisRateLimiter(
                 redis_server, requests_per_second="auto", key_prefix=prefix
             )
@@ -145,6 +147,23 @@ class TestCoordination:
         assert (now.rate, now.version, now.reason) == (pytest.approx(32.0), 8, "decrease")
         # Every process holds what Redis holds, not a cut of its own.
         assert all(lim.learner.state == now for lim in limiters)
+
+    async def test_a_rise_decided_from_an_older_rate_never_overwrites_a_cut(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        old = RateState(40.0, 7, time.time() - 10, step=2.0, reason="increase")
+        cutter, stale = await self.limiters(redis_server, prefix, old, count=2)
+        try:
+            await cutter.learner.answered(Slot(7, held=True), 429)
+            # The other process still holds the rate from before the cut, due a rise.
+            assert stale.learner.state == old
+            await stale.learner.answered(Slot(7, held=True), 200)
+        finally:
+            await cutter.aclose()
+            await stale.aclose()
+        now = await stored(redis_server, prefix)
+        assert (now.rate, now.version, now.reason) == (pytest.approx(32.0), 8, "decrease")
+        assert stale.learner.state == now
 
 
 async def test_a_stranger_value_under_the_key_is_replaced_by_a_fresh_start(
