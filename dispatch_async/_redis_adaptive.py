@@ -34,13 +34,20 @@ KEEP = 24 * 3600
 #: Tries at a compare-and-set before giving the decision up (others are deciding).
 TRIES = 3
 
-#: The fleet's schedule: the next free send time, moved on by 1/rate for each request.
+#: The fleet's schedule: the next free send time, moved on by *gap* for each request; with
+#: ARGV[3] = "1", by 1/rate at the learned rate in KEYS[2] (its first field), so that no
+#: process sends at a rate the fleet has just cut. Returns the wait and the learned state.
 _RESERVE = """
 local now = tonumber(ARGV[1])
 local gap = tonumber(ARGV[2])
+local state = redis.call('GET', KEYS[2])
+if ARGV[3] == '1' and state then
+  local rate = tonumber(string.match(state, '^%S+'))
+  if rate and rate > 0 then gap = 1 / rate end
+end
 local at = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0') or now)
 redis.call('SET', KEYS[1], tostring(at + gap), 'PX', math.ceil((at + gap - now) * 1000) + 1000)
-return tostring(at - now)
+return {tostring(at - now), state}
 """
 
 _SWAP = """
@@ -76,6 +83,7 @@ class SharedRate:
         self._reserve: Any = None
         self._turn: asyncio.Lock | None = None
         self.state: RateState | None = None
+        self._sent_under = aimd.start(0.0)
         self._read_at = -math.inf
         self.pace = Pace(lambda: self.current_rate)
 
@@ -90,15 +98,36 @@ class SharedRate:
         if self._turn is None:
             self._turn = asyncio.Lock()
         async with self._turn:
-            state = await self.refresh()
-            # Reserved at this rate, the request belongs to it, whatever is learned meanwhile.
-            return Slot(state.version, await self._window(state.rate))
+            # Reserved at a rate, the request belongs to it, whatever is learned meanwhile.
+            self._sent_under = await self.refresh()
+            held = await self._window(self._sent_under.rate)
+            return Slot(self._sent_under.version, held)
 
     async def reserve(self, rate: float) -> float:
-        """Reserve the fleet's next free send time at *rate*: seconds until it comes."""
+        """Reserve the fleet's next free send time at the learned rate (*rate* if Redis has
+        none): seconds until it comes."""
+        return await self._schedule(time.time(), 1 / rate, learned=True)
+
+    async def hold(self, seconds: float) -> None:
+        """Hold the fleet's schedule for *seconds* from now (a 429's Retry-After)."""
+        try:
+            await self._schedule(time.time() + seconds, 0.0, learned=False)
+        except self._errors as exc:
+            self._on_error(exc)
+
+    async def _schedule(self, earliest: float, gap: float, learned: bool) -> float:
+        """Take the schedule's next free time, not before *earliest*, and move it on:
+        seconds from *earliest* until the time taken. Keeps the state it was taken at."""
         if self._reserve is None:
             self._reserve = self._client().register_script(_RESERVE)
-        wait = await self._reserve(keys=[f"{self._key}:next"], args=[time.time(), 1 / rate])
+        wait, raw = await self._reserve(
+            keys=[f"{self._key}:next", self._key], args=[earliest, gap, "1" if learned else "0"]
+        )
+        state = None if raw is None else RateState.decode(raw.decode("utf-8", "replace"))
+        if state is not None:
+            self._keep(state)
+            if learned:
+                self._sent_under = state
         return float(wait)
 
     async def refresh(self) -> RateState:

@@ -435,7 +435,7 @@ class DispatchSession:
             )
             pause = self.retry.pause_for(error)
             if pause:
-                self._throttle.pause(pause)
+                await self._throttle.pause(pause)
                 _instrument.paused(self._hooks, answer.status, pause)
             raise error
         raise AssertionError("unreachable")  # pragma: no cover

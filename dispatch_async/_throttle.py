@@ -1,9 +1,11 @@
 """The session-wide gate every request passes: a service-ordered pause and a rate limit.
 
 When the service answers 429 with Retry-After, every worker of the session waits, not
-only the one that was told: the others would only collect 429s of their own. That pause
-is per process, even when the rate limit is shared by a fleet (``shared=``): a 429 tells
-the process that got it, and the others learn from their own.
+only the one that was told: the others would only collect 429s of their own. With a
+fixed rate shared by a fleet (``shared=``) that pause is per process: a 429 tells the
+process that got it, and the others learn from their own. A fleet that learns its rate
+together also shares the pause (the learner's ``hold``), or the others would take the
+few requests the service accepts meanwhile and the cut would go deeper than needed.
 
 The rate is fixed, or learned (``"auto"``, see `_adaptive`): by this process alone
 (`LocalRate`), or by the fleet, when the shared limiter has a ``learner``.
@@ -70,6 +72,10 @@ class Learner(Protocol):
         """Learn from the status the service answered a request sent under *slot*."""
         ...
 
+    async def hold(self, seconds: float) -> None:
+        """The service asked every request to wait *seconds* (Retry-After)."""
+        ...
+
 
 def steady_limiter(requests_per_second: float) -> Any:
     """An aiolimiter limiter that lets one request through every 1/rate seconds.
@@ -127,6 +133,9 @@ class LocalRate:
         elif status == 200:
             self.state = self._aimd.succeeded(self.state, slot.version, self._clock(), slot.held)
 
+    async def hold(self, seconds: float) -> None:
+        """Nothing to do: the throttle holds this process's requests itself."""
+
 
 def _rate(requests_per_second: float | Literal["auto"] | None, name: str) -> None:
     if requests_per_second is None or requests_per_second == "auto":
@@ -180,11 +189,13 @@ class Throttle:
             return None if state is None else state.rate
         return self._fixed
 
-    def pause(self, seconds: float) -> None:
-        """Hold every request of the session for *seconds* from now."""
+    async def pause(self, seconds: float) -> None:
+        """Hold every request of the session (and of a learning fleet) for *seconds*."""
         resume_at = time.monotonic() + seconds
         if resume_at > self._resume_at:
             self._resume_at = resume_at
+        if self._learner is not None:
+            await self._learner.hold(seconds)
 
     async def wait(self) -> Slot | None:
         """Return when a request may be sent; pass what it returns to `answered`."""

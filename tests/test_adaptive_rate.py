@@ -108,7 +108,7 @@ class TestRetryAfter:
         slot = await throttle.wait()
         assert slot is not None
         await throttle.answered(slot, 429)
-        throttle.pause(0.3)
+        await throttle.pause(0.3)
         started = time.monotonic()
         await throttle.wait()
         assert time.monotonic() - started >= 0.3

@@ -165,6 +165,18 @@ class TestCoordination:
         assert (now.rate, now.version, now.reason) == (pytest.approx(32.0), 8, "decrease")
         assert stale.learner.state == now
 
+    async def test_a_retry_after_told_to_one_process_holds_every_process(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        told, other = await self.limiters(redis_server, prefix, Aimd().start(time.time()), 2)
+        try:
+            await told.learner.hold(30.0)
+            wait = await other.learner.reserve(10.0)
+        finally:
+            await told.aclose()
+            await other.aclose()
+        assert wait > 20  # generous: the other's next send is ~30 s away
+
 
 async def test_a_stranger_value_under_the_key_is_replaced_by_a_fresh_start(
     redis_server: str, prefix: str

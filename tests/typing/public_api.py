@@ -85,3 +85,28 @@ async def instrumented(registry: object) -> None:
     async with da.DispatchSession("https://api.example.com", client_secret="s", hooks=current):
         pass
     instrumentation.set_hooks(None)
+
+
+async def learned_rate() -> None:
+    from dispatch_async import instrumentation
+
+    def show(event: instrumentation.Event) -> None:
+        if isinstance(event, instrumentation.RateChanged):
+            previous: float | None = event.previous
+            print(event.requests_per_second, previous, event.reason, event.shared)
+
+    async with da.DispatchSession(
+        "https://api.example.com",
+        client_secret="s",
+        requests_per_second="auto",
+        max_requests_per_second=200,
+        hooks=[show],
+    ) as session:
+        rate: float | None = session.requests_per_second
+        print(rate)
+    fleet = da.RedisRateLimiter(
+        "redis://127.0.0.1:6379/0", requests_per_second="auto", max_requests_per_second=500
+    )
+    learned: float | None = fleet.requests_per_second
+    print(learned)
+    da.DispatchSession("https://x", client_secret="s", requests_per_second="fast")  # type: ignore[arg-type]
