@@ -193,5 +193,14 @@ class SharedRate:
         self._script = self._reserve = None
 
     def _keep(self, state: RateState) -> None:
+        held = self.state
+        # An answer that left Redis before a newer one this process already has: stale.
+        # (A fresh start after the key expired has a lower version but a later time.)
+        if (
+            held is not None
+            and state.version < held.version
+            and state.changed_at <= held.changed_at
+        ):
+            return
         self.state = state
         self._read_at = time.monotonic()
