@@ -115,14 +115,17 @@ class TestRetryAfter:
 
 
 class TestTheSetting:
-    async def test_a_session_shows_its_learned_rate(self) -> None:
+    async def test_a_session_shows_its_learned_rate_from_the_start(self) -> None:
         async with FakeDispatchServer(client_secret=SECRET) as server:
             session = da.DispatchSession(
                 server.url, client_secret=SECRET, account="acme", requests_per_second="auto"
             )
+            assert session.requests_per_second == Aimd().initial  # where learning starts
             async with session:
                 await session.send_basic(numbers(3), text="hi", chunk_size=1)
-                assert session.requests_per_second == Aimd().initial
+                learned = session.requests_per_second
+            assert learned is not None
+            assert learned >= Aimd().minimum
 
     def test_a_fixed_rate_is_shown_as_set(self) -> None:
         session = da.DispatchSession("http://127.0.0.1:1", client_secret="s", requests_per_second=7)
@@ -217,14 +220,14 @@ class TestTheCommandLine:
             output = tmp_path / "out.jsonl"
             run = await dispatch_async(
                 "send", "basic", "--text", "hi", "-i", contacts, "-o", output,
-                "--rate", "auto", "--attempts", "50", "--chunk-size", "1", "-q", "-v",
+                "--rate", "auto", "--attempts", "50", "--chunk-size", "1", "-q", "-vv",
                 env=cli_env(server),
             )  # fmt: skip
             assert run.code == 0, run.stderr
             assert server.stats.recipients_received == 60
             assert not server.stats.duplicates
         assert sorted(r["number"] for r in records(output)) == numbers(60)
-        assert "learned request rate is" in run.stderr
+        assert "the learned request rate is 10/s (was unknown): first rate" in run.stderr
 
     async def test_the_plan_says_the_rate_is_learned(self, tmp_path: Path) -> None:
         async with FakeDispatchServer(client_secret=SECRET) as server:
