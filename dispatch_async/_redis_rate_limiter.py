@@ -64,8 +64,10 @@ class RedisRateLimiter:
         on_redis_error: ``"closed"`` (default): while Redis is unreachable, wait and try
             again, sending nothing; ``"open"``: fall back to a per-process limit of
             *local_requests_per_second* (default: the fleet rate, so a fleet of N
-            processes may then send up to N times the rate).
-        local_requests_per_second: the per-process limit used when failing open.
+            processes may then send up to N times the rate; with ``"auto"``, the rate
+            last learned).
+        local_requests_per_second: the per-process limit used when failing open (a fixed
+            rate only).
 
     Raises:
         ConfigurationError: the redis extra is not installed, or a bad argument.
@@ -113,6 +115,11 @@ class RedisRateLimiter:
             raise ConfigurationError('max_requests_per_second bounds requests_per_second="auto"')
         else:
             self._fixed = float(requests_per_second)
+        if self.learner is not None and local_requests_per_second is not None:
+            raise ConfigurationError(
+                'local_requests_per_second is for a fixed rate: with "auto", a process '
+                "failing open keeps the rate last learned"
+            )
         local = local_requests_per_second or self._fixed or Aimd().initial
         if not local > 0:
             raise ConfigurationError("local_requests_per_second must be a positive number")

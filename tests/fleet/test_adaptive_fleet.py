@@ -199,3 +199,10 @@ def test_auto_is_shown_in_its_repr() -> None:
     limiter = da.RedisRateLimiter("redis://127.0.0.1:1/0", requests_per_second="auto")
     assert "requests_per_second=auto" in repr(limiter)
     assert limiter.requests_per_second is None  # nothing learned yet
+
+
+def test_a_local_rate_for_failing_open_is_refused_with_auto() -> None:
+    with pytest.raises(da.ConfigurationError, match="rate last learned"):
+        da.RedisRateLimiter(
+            "redis://127.0.0.1:1/0", requests_per_second="auto", local_requests_per_second=5
+        )
