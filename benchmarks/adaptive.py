@@ -16,7 +16,9 @@ The harness reads the simulator's counters (``GET /_stats``) every 0.25 s and de
 * converged after: the first moment from which, until the drop, at most 2% of answers
   are 429 and the accepted rate is at least 90% of the limit;
 * from then until the drop: accepted requests/s as a share of the limit, the 429 share;
-* after the drop: the first moment from which, to the end, at most 2% are 429s.
+* after the drop: the first moment from which, to the end, at most 2% are 429s, the
+  accepted rate from then as a share of the new limit, and the 429 share of everything
+  after the drop.
 
 Targets for ``auto`` (the issue's): >= 90% of the limit and <= 2% 429s after convergence,
 back under 2% 429s within 10 s of the drop. The machine is shared: read the spread.
@@ -260,6 +262,8 @@ def analyse(samples: list[tuple[float, int, int]], drop_at: float) -> dict[str, 
     out["recovered_after"] = None if recovered is None else recovered - drop_at
     ok, refused, span = _between(samples, recovered if recovered is not None else drop_at, end)
     out["accepted_share_dropped"] = ok / span / DROPPED if span else 0.0
+    ok, refused, _ = _between(samples, drop_at, end)
+    out["limited_share_dropped"] = refused / (ok + refused) if ok + refused else 0.0
     return out
 
 
@@ -293,6 +297,7 @@ def render(result: dict[str, Any]) -> str:
         "429 share",
         "recovered s",
         "accepted/20",
+        "429s after drop",
         "failed",
     )
     rows = [header]
@@ -306,6 +311,7 @@ def render(result: dict[str, Any]) -> str:
                 f"{r['limited_share']:.1%}",
                 _s(r["recovered_after"]),
                 f"{r['accepted_share_dropped']:.0%}",
+                f"{r['limited_share_dropped']:.1%}",
                 str(sum(x["failed"] for x in r["reports"])),
             )
         )
