@@ -55,6 +55,7 @@ class Plan:
     import_reps: int = 9
     blocking_calls: int = 2000
     blocking_reps: int = 5
+    adaptive_seconds: float = 20.0
 
     @classmethod
     def quick(cls) -> Plan:
@@ -75,6 +76,7 @@ class Plan:
             cli_reps=2,
             blocking_calls=300,
             blocking_reps=2,
+            adaptive_seconds=12.0,
         )
 
 
@@ -338,6 +340,16 @@ def phase_blocking(plan: Plan, srv: Server) -> dict[str, Any]:
     return blocking.measure(srv.url, plan.blocking_calls, plan.blocking_reps)
 
 
+def phase_adaptive(plan: Plan) -> dict[str, Any]:
+    log(
+        f"adaptive: learning a 50/s limit that drops to 20, 1 and 3 workers, "
+        f"{plan.adaptive_seconds:g}s per run x 6 runs"
+    )
+    import adaptive
+
+    return adaptive.measure(plan.adaptive_seconds, plan.adaptive_seconds / 2)
+
+
 def phase_startup(plan: Plan) -> dict[str, Any]:
     log(f"start-up: import times x {plan.import_reps} interleaved")
     times: dict[str, list[float]] = {"aiohttp": [], "dispatch_async": []}
@@ -570,6 +582,12 @@ def blocking_rows(b: dict[str, Any]) -> list[Row]:
     ]
 
 
+def adaptive_rows(a: dict[str, Any]) -> list[Row]:
+    import adaptive
+
+    return [row(figure, value, target, met) for figure, value, target, met in adaptive.verdicts(a)]
+
+
 def table(results: dict[str, Any]) -> list[Row]:
     """[figure, value, target, pass/MISS] rows for whatever phases ran."""
     rows: list[Row] = []
@@ -591,6 +609,8 @@ def table(results: dict[str, Any]) -> list[Row]:
         rows += blocking_rows(results["blocking"])
     if results.get("startup"):
         rows += startup_rows(results["startup"])
+    if results.get("adaptive"):
+        rows += adaptive_rows(results["adaptive"])
     return rows
 
 
@@ -632,7 +652,17 @@ def _version(distribution: str) -> str | None:
 
 # -- main ----------------------------------------------------------------------------
 
-PHASES = ("overhead", "server", "grid", "memory", "cli", "blocking", "tokens", "startup")
+PHASES = (
+    "overhead",
+    "server",
+    "grid",
+    "memory",
+    "cli",
+    "blocking",
+    "tokens",
+    "startup",
+    "adaptive",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -678,6 +708,8 @@ def main(argv: list[str] | None = None) -> int:
         results["tokens"] = phase_tokens(plan)
     if "startup" in phases:
         results["startup"] = phase_startup(plan)
+    if "adaptive" in phases:
+        results["adaptive"] = phase_adaptive(plan)
     results.setdefault("overhead", {})
     results["elapsed_seconds"] = time.monotonic() - started
     rows = table(results)
@@ -686,6 +718,11 @@ def main(argv: list[str] | None = None) -> int:
     if "grid" in results:
         print()
         print(render_grid(results["grid"]))
+    if "adaptive" in results:
+        import adaptive
+
+        print()
+        print(adaptive.render(results["adaptive"]))
     print(
         f"\n{results['elapsed_seconds']:.0f}s in all"
         + (" (--quick: not comparable)" if args.quick else "")

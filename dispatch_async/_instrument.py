@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from typing import Any, Literal, TypeVar
 
+from ._adaptive import RateState
 from ._auth import Token
 from ._batch import Flight
 from ._exceptions import DispatchError, StatusError
@@ -26,12 +27,22 @@ from .instrumentation._events import (
     ChunkSent,
     Hook,
     Paused,
+    RateChanged,
     RetryScheduled,
     TokenObtained,
 )
 from .instrumentation._hooks import emit, get_hooks
 
-__all__ = ["CURRENT", "CallReport", "TokenWatch", "attempt", "paused", "retried", "start_call"]
+__all__ = [
+    "CURRENT",
+    "CallReport",
+    "TokenWatch",
+    "attempt",
+    "paused",
+    "rate_changed",
+    "retried",
+    "start_call",
+]
 
 T = TypeVar("T")
 
@@ -83,6 +94,15 @@ def paused(hooks: tuple[Hook, ...] | None, status: int, seconds: float) -> None:
     """Report a session-wide pause the service asked for."""
     if current := _active(hooks):
         emit(current, Paused(status, seconds))
+
+
+def rate_changed(
+    hooks: tuple[Hook, ...] | None, state: RateState, seen: RateState | None, shared: bool
+) -> None:
+    """Report a learned rate this session had not seen yet."""
+    if current := _active(hooks):
+        previous = None if seen is None else seen.rate
+        emit(current, RateChanged(state.rate, previous, state.reason, shared))
 
 
 class CallReport:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import enum
+import functools
 import platform
 import warnings
 from collections.abc import AsyncGenerator, Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import attrs
@@ -81,9 +82,9 @@ class DispatchSession:
 
     ``timeout`` is seconds for one whole request, or an ``aiohttp.ClientTimeout``.
     ``http_session`` lets you share your own aiohttp session (which we never close).
-    ``token_store`` (`RedisTokenStore`) shares one token with other processes;
-    ``rate_limiter`` (`RedisRateLimiter`) shares a rate limit with them (on top of
-    ``requests_per_second``, which stays per process). The session closes both.
+    ``requests_per_second="auto"`` learns the rate from 429s, up to ``max_requests_per_second``.
+    ``token_store`` (`RedisTokenStore`) shares one token with other processes, ``rate_limiter``
+    (`RedisRateLimiter`) a rate limit, on top of this process's; the session closes both.
     The batcher settings (``chunk_size``, ``max_concurrency``, ``dedupe``,
     ``prevalidate``, ``region``, ``deadline``, ``on_progress``) can be overridden per call.
     ``hooks`` (see `dispatch_async.instrumentation`) replace the global hooks for this session.
@@ -98,7 +99,8 @@ class DispatchSession:
         account: str | None = None,
         timeout: float | aiohttp.ClientTimeout = 30.0,
         retry: RetryPolicy | None = None,
-        requests_per_second: float | None = None,
+        requests_per_second: float | Literal["auto"] | None = None,
+        max_requests_per_second: float | None = None,
         http_session: aiohttp.ClientSession | None = None,
         user_agent: str | None = None,
         token_store: TokenStore | None = None,
@@ -115,9 +117,12 @@ class DispatchSession:
         self.account = account
         self.retry = retry if retry is not None else RetryPolicy()
         self.settings = BatchSettings(**batch)
-        self._throttle = Throttle(requests_per_second, shared=rate_limiter)
-        self._rate_limiter = rate_limiter
-        self._token_store = token_store
+        self._hooks = None if hooks is None else tuple(hooks)
+        told = functools.partial(_instrument.rate_changed, self._hooks)
+        self._throttle = Throttle(
+            requests_per_second, max_requests_per_second, shared=rate_limiter, on_change=told
+        )
+        self._shared = (token_store, rate_limiter)  # closed with the session
         agent = user_agent or USER_AGENT
         if has_control_characters(agent):
             raise ConfigurationError("user_agent must not contain control characters")
@@ -125,7 +130,6 @@ class DispatchSession:
         self._transport = Transport(
             self.base_url, timeout=self._timeout, user_agent=agent, http_session=http_session
         )
-        self._hooks = None if hooks is None else tuple(hooks)
         watch = _instrument.TokenWatch(self._hooks)
         endpoint = TokenEndpoint(self._transport, self._secret, lambda: self.retry)
         self._tokens = TokenKeeper(
@@ -142,6 +146,11 @@ class DispatchSession:
         """
         base_url, settings = settings_from_env(kwargs)
         return cls(base_url, **settings)
+
+    @property
+    def requests_per_second(self) -> float | None:
+        """The request rate now: as set, as learned (``"auto"``), or None (no limit)."""
+        return self._throttle.rate
 
     def __repr__(self) -> str:
         return (
@@ -214,7 +223,7 @@ class DispatchSession:
         self._life.state = _State.CLOSED
         await self._tokens.close()
         await self._transport.close()
-        for shared in (self._token_store, self._rate_limiter):
+        for shared in self._shared:
             if shared is not None:
                 await shared.aclose()
 
@@ -405,7 +414,7 @@ class DispatchSession:
             # A token first: a rate slot taken while waiting for one would be spent later,
             # bunched with the next second's requests.
             await self._tokens.token()
-            await self._throttle.wait()
+            slot = await self._throttle.wait()
             token = await self._tokens.token()
             headers = {
                 "Authorization": f"Bearer {token}",
@@ -430,6 +439,7 @@ class DispatchSession:
                 )
             finally:
                 flight.in_request = False
+            await self._throttle.answered(slot, answer.status)
             if answer.status == 200:
                 return decode(answer.body)
             if answer.status == 401 and not refreshed:
@@ -447,7 +457,7 @@ class DispatchSession:
             )
             pause = self.retry.pause_for(error)
             if pause:
-                self._throttle.pause(pause)
+                await self._throttle.pause(pause)
                 _instrument.paused(self._hooks, answer.status, pause)
             raise error
         raise AssertionError("unreachable")  # pragma: no cover

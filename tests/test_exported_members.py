@@ -63,6 +63,7 @@ def test_instrumentation_package_exports_the_hook_protocol() -> None:
         "OpenTelemetryHook",
         "Paused",
         "PrometheusHook",
+        "RateChanged",
         "RetryScheduled",
         "TokenObtained",
         "get_hooks",

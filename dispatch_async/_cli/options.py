@@ -5,6 +5,7 @@ Defaults are the SDK's (``spec.DEFAULTS``), never written here.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,19 @@ def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
+def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> float | str | None:
+    """A positive number of requests per second, or "auto"."""
+    if value is None or value.strip().lower() == "auto":
+        return value and "auto"
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = math.nan
+    if not (rate > 0 and math.isfinite(rate)):
+        raise click.BadParameter(f"{value!r} is neither a positive number nor 'auto'", ctx, param)
+    return rate
+
+
 # -- options shared by several commands (each declared here, once) ------------------
 
 connection_options = _options(
@@ -59,10 +73,11 @@ connection_options = _options(
     ),
     click.option(
         "--rate",
-        type=click.FloatRange(min=0, min_open=True),
+        metavar="RATE|auto",
+        callback=_rate,
         envvar="DISPATCH_RATE",
         help="At most this many requests per second (a worker's: across every worker, "
-        "shared in Redis).",
+        "shared in Redis), or 'auto': learned from the service's 429s.",
     ),
     click.option(
         "--timeout",

@@ -99,7 +99,11 @@ async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
     report = [f"{spec.display.title} --dry-run ({spec.target.describe()}): nothing is sent"]
     report.append(f"input: {spec.input.path}{_layout(rows)}")
     report += _table(_counts(spec, count, refused, rows.empty))
-    rate = f", at most {spec.connection.rate:g} requests/s" if spec.connection.rate else ""
+    given = spec.connection.rate
+    if given == "auto":
+        rate = ", at a rate learned from the service's 429s"
+    else:
+        rate = f", at most {given:g} requests/s" if given else ""
     report.append(
         f"plan: {planned:,} chunks of up to {settings.chunk_size:,} recipients, "
         f"{settings.concurrency} in flight at a time{rate}"

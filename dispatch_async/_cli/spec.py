@@ -143,7 +143,7 @@ class Connection:
     timeout: float = DEFAULTS.timeout
     attempts: int = DEFAULTS.attempts
     max_retry_time: float = DEFAULTS.max_retry_time
-    rate: float | None = None
+    rate: float | Literal["auto"] | None = None
 
     def session(self, **options: Any) -> da.DispatchSession:
         """A session on this connection (Problem if it is incomplete or refused)."""

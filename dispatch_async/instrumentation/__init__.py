@@ -1,4 +1,4 @@
-"""Hooks that see every call, chunk attempt, retry, pause and token of a session.
+"""Hooks that see every call, chunk attempt, retry, pause, learned rate and token of a session.
 
 A hook is any callable taking one event. Pass ``hooks=[...]`` to a `DispatchSession`,
 or `set_hooks` for every session. Built in: `LoggingHook` (the default),
@@ -13,6 +13,7 @@ from ._events import (
     Event,
     Hook,
     Paused,
+    RateChanged,
     RetryScheduled,
     TokenObtained,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "OpenTelemetryHook",
     "Paused",
     "PrometheusHook",
+    "RateChanged",
     "RetryScheduled",
     "TokenObtained",
     "get_hooks",

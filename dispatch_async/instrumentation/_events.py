@@ -21,6 +21,7 @@ __all__ = [
     "Event",
     "Hook",
     "Paused",
+    "RateChanged",
     "RetryScheduled",
     "TokenObtained",
 ]
@@ -99,6 +100,21 @@ class Paused:
 
 
 @attrs.frozen
+class RateChanged:
+    """The learned request rate (``requests_per_second="auto"``) changed, or was first known.
+
+    ``reason``: "increase" (requests went through), "decrease" (a 429) or "start";
+    ``previous`` is None the first time this session sees the rate. ``shared``: the
+    rate is the fleet's, in Redis, so another process may have changed it.
+    """
+
+    requests_per_second: float
+    previous: float | None
+    reason: Literal["start", "increase", "decrease"]
+    shared: bool
+
+
+@attrs.frozen
 class TokenObtained:
     """An access token was fetched from the service or adopted from a shared store."""
 
@@ -108,7 +124,14 @@ class TokenObtained:
 
 
 Event = (
-    CallStarted | CallFinished | ChunkSent | ChunkAnswered | RetryScheduled | Paused | TokenObtained
+    CallStarted
+    | CallFinished
+    | ChunkSent
+    | ChunkAnswered
+    | RetryScheduled
+    | Paused
+    | RateChanged
+    | TokenObtained
 )
 
 

@@ -113,3 +113,28 @@ async def per_call_options(session: da.DispatchSession) -> None:
     web: da.DispatchSession = session.with_options(timeout=2.0, deadline=5.0)
     await web.send_basic(["+5511987654321"], text="x")
     session.with_options(chunk_size="big")  # type: ignore[arg-type]
+
+
+async def learned_rate() -> None:
+    from dispatch_async import instrumentation
+
+    def show(event: instrumentation.Event) -> None:
+        if isinstance(event, instrumentation.RateChanged):
+            previous: float | None = event.previous
+            print(event.requests_per_second, previous, event.reason, event.shared)
+
+    async with da.DispatchSession(
+        "https://api.example.com",
+        client_secret="s",
+        requests_per_second="auto",
+        max_requests_per_second=200,
+        hooks=[show],
+    ) as session:
+        rate: float | None = session.requests_per_second
+        print(rate)
+    fleet = da.RedisRateLimiter(
+        "redis://127.0.0.1:6379/0", requests_per_second="auto", max_requests_per_second=500
+    )
+    learned: float | None = fleet.requests_per_second
+    print(learned)
+    da.DispatchSession("https://x", client_secret="s", requests_per_second="fast")  # type: ignore[arg-type]

@@ -1,0 +1,263 @@
+"""requests_per_second="auto": learning the rate the service accepts (AIMD), per process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import dispatch_async as da
+from dispatch_async._adaptive import Aimd, RateState
+from dispatch_async._throttle import Throttle
+from dispatch_async.instrumentation import Event, RateChanged
+from dispatch_async.testing import FakeDispatchServer
+from tests.conftest import SECRET, numbers
+from tests.test_cli import dispatch_async, records, write_csv
+
+
+def grown(aimd: Aimd, state: RateState, seconds: float) -> RateState:
+    """*state* after a request that waited for the rate succeeded, *seconds* after it changed."""
+    return aimd.succeeded(state, state.version, state.changed_at + seconds, held=True)
+
+
+class TestTheAlgorithm:
+    """The pure transitions, on a clock the test moves by hand."""
+
+    def test_doubles_per_interval_until_the_first_429(self) -> None:
+        aimd = Aimd(initial=10, interval=1.0)
+        state = aimd.start(now=100.0)
+        state = grown(aimd, state, 1.0)
+        assert state.rate == 20
+        assert grown(aimd, state, 1.0).rate == 40
+
+    def test_does_not_rise_twice_within_an_interval(self) -> None:
+        aimd = Aimd(initial=10, interval=1.0)
+        state = grown(aimd, aimd.start(now=0.0), 1.0)
+        assert grown(aimd, state, 0.5) is state
+
+    def test_does_not_rise_when_the_rate_held_nothing_back(self) -> None:
+        aimd = Aimd(initial=10)
+        state = aimd.start(now=0.0)
+        assert aimd.succeeded(state, state.version, 5.0, held=False) is state
+
+    def test_a_429_cuts_the_rate_by_the_factor(self) -> None:
+        aimd = Aimd(initial=50, factor=0.8)
+        state = aimd.start(now=0.0)
+        cut = aimd.limited(state, state.version, 0.1)
+        assert cut.rate == pytest.approx(40)
+        assert cut.reason == "decrease"
+        assert cut.version == state.version + 1
+
+    def test_after_a_429_it_rises_by_a_constant_step(self) -> None:
+        aimd = Aimd(initial=50, factor=0.8, step_share=0.04)
+        state = aimd.start(now=0.0)
+        state = aimd.limited(state, state.version, 0.0)  # 40/s, steps of 2/s
+        rates = []
+        for _ in range(3):
+            state = grown(aimd, state, 1.0)
+            rates.append(state.rate)
+        assert rates == pytest.approx([42, 44, 46])
+
+    def test_429s_to_requests_sent_at_an_older_rate_cut_only_once(self) -> None:
+        aimd = Aimd(initial=50)
+        state = aimd.start(now=0.0)
+        sent_under = state.version
+        once = aimd.limited(state, sent_under, 0.1)
+        assert aimd.limited(once, sent_under, 0.2) is once
+        # A request sent under the cut rate and still refused cuts again.
+        assert aimd.limited(once, once.version, 0.3).rate < once.rate
+
+    def test_never_rises_above_the_maximum(self) -> None:
+        aimd = Aimd(max_requests_per_second=15, initial=10)
+        state = grown(aimd, aimd.start(now=0.0), 1.0)
+        assert state.rate == 15
+        assert grown(aimd, state, 1.0) is state
+
+    def test_starts_at_the_maximum_when_it_is_lower(self) -> None:
+        assert Aimd(max_requests_per_second=2).start(now=0.0).rate == 2
+
+    def test_never_falls_below_the_minimum(self) -> None:
+        aimd = Aimd(initial=0.2, minimum=0.1)
+        state = aimd.start(now=0.0)
+        for _ in range(10):
+            state = aimd.limited(state, state.version, 0.0)
+        assert state.rate == 0.1
+
+    @pytest.mark.parametrize("bad", [0, -1, float("inf"), float("nan"), True, "5"])
+    def test_refuses_a_maximum_that_is_not_a_positive_number(self, bad: object) -> None:
+        with pytest.raises(da.ConfigurationError, match="max_requests_per_second"):
+            Aimd(max_requests_per_second=bad)  # type: ignore[arg-type]
+
+    def test_a_state_survives_its_encoding(self) -> None:
+        aimd = Aimd(initial=50)
+        state = aimd.limited(aimd.start(now=1234.5), 1, 1235.25)
+        assert RateState.decode(state.encode()) == state
+        assert RateState.decode(aimd.start(now=1.0).encode()) == aimd.start(now=1.0)
+
+    @pytest.mark.parametrize("text", ["", "garbage", "1 2 3 4", "-5 1 0 - start", "5 1 0 - odd"])
+    def test_a_value_it_did_not_write_decodes_to_nothing(self, text: str) -> None:
+        assert RateState.decode(text) is None
+
+
+class TestRetryAfter:
+    async def test_is_honoured_exactly_on_top_of_the_learned_rate(self) -> None:
+        throttle = Throttle("auto")
+        slot = await throttle.wait()
+        assert slot is not None
+        await throttle.answered(slot, 429)
+        await throttle.pause(0.3)
+        started = time.monotonic()
+        await throttle.wait()
+        assert time.monotonic() - started >= 0.3
+
+
+class TestTheSetting:
+    async def test_a_session_shows_its_learned_rate_from_the_start(self) -> None:
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            session = da.DispatchSession(
+                server.url, client_secret=SECRET, account="acme", requests_per_second="auto"
+            )
+            assert session.requests_per_second == Aimd().initial  # where learning starts
+            async with session:
+                await session.send_basic(numbers(3), text="hi", chunk_size=1)
+                learned = session.requests_per_second
+            assert learned is not None
+            assert learned >= Aimd().minimum
+
+    def test_a_fixed_rate_is_shown_as_set(self) -> None:
+        session = da.DispatchSession("http://127.0.0.1:1", client_secret="s", requests_per_second=7)
+        assert session.requests_per_second == 7
+        assert (
+            da.DispatchSession("http://127.0.0.1:1", client_secret="s").requests_per_second is None
+        )
+
+    @pytest.mark.parametrize(
+        "settings",
+        [
+            {"requests_per_second": "fast"},
+            {"requests_per_second": 0},
+            {"requests_per_second": 10, "max_requests_per_second": 20},
+            {"requests_per_second": "auto", "max_requests_per_second": -1},
+        ],
+    )
+    def test_a_bad_setting_is_refused_before_anything_is_sent(
+        self, settings: dict[str, object]
+    ) -> None:
+        with pytest.raises(da.ConfigurationError, match="requests_per_second"):
+            da.DispatchSession("http://127.0.0.1:1", client_secret="s", **settings)  # type: ignore[arg-type]
+
+    def test_auto_with_a_shared_limiter_is_refused(self) -> None:
+        limiter = da.RedisRateLimiter("redis://127.0.0.1:1/0", requests_per_second=10)
+        with pytest.raises(da.ConfigurationError, match="RedisRateLimiter"):
+            da.DispatchSession(
+                "http://127.0.0.1:1",
+                client_secret="s",
+                requests_per_second="auto",
+                rate_limiter=limiter,
+            )
+
+
+class TestAgainstARateLimitedSimulator:
+    async def test_learns_a_rate_near_the_limit_and_loses_no_recipient(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        caplog.set_level(logging.INFO, logger="dispatch_async")
+        events: list[Event] = []
+        async with (
+            FakeDispatchServer(rate_limit=40, client_secret=SECRET) as server,
+            da.DispatchSession(
+                server.url,
+                client_secret=SECRET,
+                account="acme",
+                requests_per_second="auto",
+                retry=da.RetryPolicy(attempts=100),
+                hooks=[events.append],
+            ) as session,
+        ):
+            result = await session.send_basic(
+                numbers(400), text="hi", chunk_size=1, max_concurrency=8
+            )
+            learned = session.requests_per_second
+        assert result.ok
+        assert len(result.valid) == 400
+        assert server.stats.recipients_received == 400
+        assert not server.stats.duplicates
+        assert server.stats.rate_limited > 0  # it did meet the limit
+        # Generous bounds: it learned a rate of the limit's order, not a runaway one.
+        assert learned is not None
+        assert 10 <= learned <= 40 * 3
+        changes = [e for e in events if isinstance(e, RateChanged)]
+        assert changes[0].reason == "start"
+        assert changes[0].previous is None
+        assert {"increase", "decrease"} <= {e.reason for e in changes}
+        assert not any(e.shared for e in changes)
+        assert "learned request rate is" in caplog.text
+
+    async def test_never_learns_more_than_the_maximum(self) -> None:
+        async with (
+            FakeDispatchServer(client_secret=SECRET) as server,
+            da.DispatchSession(
+                server.url,
+                client_secret=SECRET,
+                account="acme",
+                requests_per_second="auto",
+                max_requests_per_second=12,
+            ) as session,
+        ):
+            await session.send_basic(numbers(40), text="hi", chunk_size=1, max_concurrency=8)
+            assert session.requests_per_second == 12
+
+
+class TestTheCommandLine:
+    """``--rate auto``: the same learning, through the SDK's public API."""
+
+    async def test_sends_every_row_once_learning_the_rate(self, tmp_path: Path) -> None:
+        async with FakeDispatchServer(rate_limit=30, client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(60))
+            output = tmp_path / "out.jsonl"
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "-o", output,
+                "--rate", "auto", "--attempts", "50", "--chunk-size", "1", "-q", "-vv",
+                env=cli_env(server),
+            )  # fmt: skip
+            assert run.code == 0, run.stderr
+            assert server.stats.recipients_received == 60
+            assert not server.stats.duplicates
+        assert sorted(r["number"] for r in records(output)) == numbers(60)
+        assert "the learned request rate is 10/s (was unknown): first rate" in run.stderr
+
+    async def test_the_plan_says_the_rate_is_learned(self, tmp_path: Path) -> None:
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(3))
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "--dry-run", "--rate", "AUTO",
+                env=cli_env(server),
+            )  # fmt: skip
+        assert run.code == 0, run.stderr
+        assert "at a rate learned from the service's 429s" in run.stdout + run.stderr
+
+    @pytest.mark.parametrize("rate", ["fast", "0", "-3", "nan"])
+    async def test_a_rate_that_is_neither_a_number_nor_auto_is_refused(
+        self, tmp_path: Path, rate: str
+    ) -> None:
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(3))
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "-o", tmp_path / "out.jsonl",
+                "--rate", rate, env=cli_env(server),
+            )  # fmt: skip
+            assert server.stats.dispatch_calls == 0
+        assert run.code != 0
+        assert "neither a positive number nor 'auto'" in run.stderr
+
+
+def cli_env(server: FakeDispatchServer) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+    return clean | {
+        "DISPATCH_BASE_URL": server.url,
+        "DISPATCH_CLIENT_SECRET": SECRET,
+        "DISPATCH_ACCOUNT": "acme",
+    }
