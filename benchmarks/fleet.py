@@ -150,17 +150,32 @@ def sessions(args: argparse.Namespace, redis_url: str) -> None:
 # -- a queued job against a direct send --------------------------------------------------
 
 
-def _timed(command: list[str], env: dict[str, str], output: Path, rows: int) -> float:
-    """Wall seconds from spawn to exit of *command*, which must write *rows* records."""
+def _cpu(pid: int) -> float:
+    """User+sys CPU seconds of process *pid* so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(
+    command: list[str], env: dict[str, str], output: Path, rows: int, workers: list[int]
+) -> tuple[float, float]:
+    """Wall seconds from spawn to exit of *command* (which must write *rows* records), and
+    the CPU seconds it and the *workers* used meanwhile."""
+    before = sum(_cpu(pid) for pid in workers)
     started = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)  # noqa: S603
+    process = subprocess.Popen(  # noqa: S603 - our own programs
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(command[3:6])} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    cpu = usage.ru_utime + usage.ru_stime + sum(_cpu(pid) for pid in workers) - before
+    if os.waitstatus_to_exitcode(status) != 0:
+        stderr = process.stderr.read().decode() if process.stderr else ""
+        sys.exit(f"{' '.join(command[3:6])} failed:\n{stderr[-3000:]}")
     records = output.read_bytes().count(b"\n")
     assert records == rows, (command, records, rows)
     output.unlink()
-    return seconds
+    return seconds, cpu
 
 
 def _token_calls(url: str) -> int:
@@ -171,7 +186,7 @@ def _token_calls(url: str) -> int:
 @contextlib.contextmanager
 def _workers(
     count: int, max_jobs: int, queue_args: list[str], env: dict[str, str], logs: Path
-) -> Iterator[None]:
+) -> Iterator[list[int]]:
     """*count* worker processes, running (their session open) before this yields."""
     processes = []
     for i in range(count):
@@ -192,7 +207,7 @@ def _workers(
             if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
                 sys.exit(f"the workers did not start: see {logs}")
             time.sleep(0.05)
-        yield
+        yield [p.pid for p in processes]
     finally:
         for process in processes:
             process.send_signal(signal.SIGINT)
@@ -215,7 +230,8 @@ def queue(args: argparse.Namespace, redis_url: str) -> None:
           f"latency {args.latency:g}s, {args.reps} interleaved pairs per row, median (min-max);"
           f" ideal = {requests} requests / in flight x latency")  # fmt: skip
     print(f"{'workers x jobs':>14} {'in flight':>9} {'ideal s':>8} {'direct s':>20} "
-          f"{'queued s':>20} {'queued/direct':>22} {'token calls':>11}")  # fmt: skip
+          f"{'queued s':>20} {'queued/direct':>22} {'CPU s direct':>12} {'queued':>7} "
+          f"{'token calls':>11}")  # fmt: skip
     with (
         server(simulator("--latency", str(args.latency))) as srv,
         tempfile.TemporaryDirectory(prefix="dispatch-fleet-") as tmp,
@@ -237,13 +253,18 @@ def queue(args: argparse.Namespace, redis_url: str) -> None:
             in_flight = size * args.max_jobs
             direct: list[float] = []
             queued: list[float] = []
+            cpu: dict[str, list[float]] = {"direct": [], "queued": []}
             tokens_before = _token_calls(srv.url)
-            with _workers(size, args.max_jobs, queue_args, env, Path(tmp)):
+            with _workers(size, args.max_jobs, queue_args, env, Path(tmp)) as pids:
                 for rep in range(args.reps):
                     concurrency = ["--concurrency", str(in_flight)]
-                    direct.append(_timed([*send, *concurrency], env, output, args.rows))
+                    wall, used = _timed([*send, *concurrency], env, output, args.rows, [])
+                    direct.append(wall)
+                    cpu["direct"].append(used)
                     job = [*queue_args, "--job", f"w{size}-{rep}"]
-                    queued.append(_timed([*send, *job], env, output, args.rows))
+                    wall, used = _timed([*send, *job], env, output, args.rows, pids)
+                    queued.append(wall)
+                    cpu["queued"].append(used)
             # The direct sends fetch a token each; the fleet shares one.
             tokens = _token_calls(srv.url) - tokens_before - args.reps
             ratios = [q / d for q, d in zip(queued, direct, strict=True)]
@@ -251,7 +272,8 @@ def queue(args: argparse.Namespace, redis_url: str) -> None:
             pairs = f"{ratio:.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
             print(f"{f'{size} x {args.max_jobs}':>14} {in_flight:>9} "
                   f"{requests / in_flight * args.latency:>8.2f} {_spread(direct):>20} "
-                  f"{_spread(queued):>20} {pairs:>22} {tokens:>11}")  # fmt: skip
+                  f"{_spread(queued):>20} {pairs:>22} {statistics.median(cpu['direct']):>12.2f} "
+                  f"{statistics.median(cpu['queued']):>7.2f} {tokens:>11}")  # fmt: skip
 
 
 def main() -> None:
