@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from arq.constants import in_progress_key_prefix
 from arq.worker import Worker
 
 from .wake import Wakeups
@@ -41,7 +42,17 @@ class PromptWorker(Worker):
         await self._wakeups.wait(self.idle_poll)
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
+        if job_ids:
+            # The chunks other workers are sending stay at the head of the queue until
+            # they end, and arq checks each with three round trips: skip them with one.
+            async with self.pool.pipeline(transaction=False) as pipe:
+                for job_id in job_ids:
+                    pipe.exists(in_progress_key_prefix + job_id.decode())
+                running = await pipe.execute()
+            job_ids = [job_id for job_id, busy in zip(job_ids, running, strict=True) if not busy]
         started = set(self.tasks.values())
+        # arq still claims each of the others atomically (WATCH/MULTI): one of them may
+        # have been taken since.
         await super().start_jobs(job_ids)
         for task in self.tasks.values():
             if task not in started:
