@@ -1,6 +1,6 @@
 """The simulator in its own process, printing what it saw when stopped.
 
-``python benchmarks/stats_server.py [--token-lifetime S]`` prints its URL on one line,
+``python benchmarks/stats_server.py [--token-lifetime S] [--latency S]`` prints its URL on one line,
 serves until SIGTERM, then prints its ``ServerStats`` counters as one JSON line. The
 harness uses it where the server's own count is the evidence (token requests, expired
 tokens used); elsewhere it runs ``python -m dispatch_async.testing`` itself.
@@ -19,8 +19,11 @@ from dispatch_async.testing import FakeDispatchServer, serve_forever
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--token-lifetime", type=float, default=3600.0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
     args = parser.parse_args()
-    server = FakeDispatchServer(token_lifetime=args.token_lifetime, fast_ids=True)
+    server = FakeDispatchServer(
+        token_lifetime=args.token_lifetime, latency=args.latency, fast_ids=True
+    )
     asyncio.run(serve_forever(server))
     stats = server.stats
     counters = {

@@ -13,6 +13,11 @@ expires ``ttl`` seconds after the producer last touched the job (default 7 days)
     P queue          arq's queue (sorted set); arq also writes ``arq:job:J:I``,
                      ``arq:in-progress:J:I``, ``arq:retry:J:I`` and ``arq:result:J:I``
 
+and two pub/sub channels, which only say "look again" (see ``wake``)::
+
+    P queue:wake     the producer queued a chunk (payload: none)
+    P job:J:done     chunk I of job J is done (payload: I)
+
 A chunk goes ``pending`` (the producer) -> ``in_flight`` (a worker, with a compare-and-set,
 before anything is sent) -> ``done`` (with its records). A worker that finds a chunk
 already ``in_flight`` is running a redelivery after a worker died mid-send: it records
@@ -27,7 +32,7 @@ import re
 import time
 import urllib.parse
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -52,6 +57,7 @@ __all__ = [
     "ArqRedis",
     "JobKeys",
     "Produced",
+    "announce",
     "check_job_id",
     "check_prefix",
     "claim",
@@ -67,7 +73,7 @@ __all__ = [
     "redis_errors",
     "redis_settings",
     "unreachable",
-    "wait_until_done",
+    "wake_channel",
     "where",
 ]
 
@@ -108,6 +114,10 @@ class JobKeys:
     def out(self) -> str:
         return f"{self.meta}:out"
 
+    @property
+    def done_channel(self) -> str:
+        return f"{self.meta}:done"
+
     def rows(self, index: int) -> str:
         return f"{self.meta}:rows:{index}"
 
@@ -122,6 +132,11 @@ class JobKeys:
 def queue_name(prefix: str) -> str:
     """arq's queue (a sorted set) for jobs under *prefix*."""
     return f"{prefix}queue"
+
+
+def wake_channel(prefix: str) -> str:
+    """The pub/sub channel on which a producer announces a chunk queued under *prefix*."""
+    return f"{queue_name(prefix)}:wake"
 
 
 def check_job_id(job: str) -> str:
@@ -149,6 +164,14 @@ def redis_errors() -> tuple[type[BaseException], ...]:
     import redis.exceptions
 
     return (redis.exceptions.RedisError, OSError)
+
+
+async def announce(redis: ArqRedis, channel: str, payload: bytes | str = b"") -> None:
+    """Publish *payload* on *channel*: a Redis that does not allow it costs promptness only."""
+    from redis.exceptions import NoPermissionError
+
+    with contextlib.suppress(NoPermissionError):
+        await redis.publish(channel, payload)
 
 
 def unreachable(queue_url: str, exc: BaseException) -> Problem:
@@ -284,20 +307,19 @@ async def enqueue(
         iterator = iter(rows)
         while chunk := await asyncio.to_thread(_take, iterator, chunk_size):
             lines += len(chunk)
-            if await _store_chunk(redis, keys, chunks, chunk, ttl):
-                enqueued += (
-                    await redis.enqueue_job(
-                        SEND_CHUNK,
-                        keys.job,
-                        chunks,
-                        _job_id=keys.arq_job_id(chunks),
-                        _queue_name=keys.queue,
-                        _expires=ttl,
-                    )
-                    is not None
-                )
-            else:
+            if not await _store_chunk(redis, keys, chunks, chunk, ttl):
                 known += 1
+            elif await redis.enqueue_job(
+                SEND_CHUNK,
+                keys.job,
+                chunks,
+                _job_id=keys.arq_job_id(chunks),
+                _queue_name=keys.queue,
+                _expires=ttl,
+            ):
+                enqueued += 1
+                # Idle workers fetch it now, not at their next poll.
+                await announce(redis, wake_channel(keys.prefix))
             chunks += 1
     finally:
         rows.close()
@@ -417,25 +439,7 @@ async def finish(
 
     watches = (keys.state,) if only_if_in_flight else ()
     done: bool = await redis.transaction(finish_it, *watches, value_from_callable=True)
+    if done:
+        # Outside the transaction: a refused PUBLISH there would abort the whole EXEC.
+        await announce(redis, keys.done_channel, str(index))
     return done
-
-
-async def wait_until_done(
-    redis: ArqRedis,
-    *,
-    job: str,
-    key_prefix: str = da.DEFAULT_KEY_PREFIX,
-    every: float = 0.5,
-    on_progress: Callable[[int, int], None] | None = None,
-) -> None:
-    """Return once every chunk of *job* is ``done`` (polling every *every* seconds)."""
-    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
-    chunks = int(await redis.hget(keys.meta, "chunks") or 0)
-    while True:
-        states = await redis.hvals(keys.state)
-        done = sum(1 for s in states if s == DONE)
-        if on_progress is not None:
-            on_progress(done, chunks)
-        if done >= chunks:
-            return
-        await asyncio.sleep(every)

@@ -28,11 +28,11 @@ from .queue import (
     check_prefix,
     connected,
     enqueue,
-    wait_until_done,
     where,
 )
 from .records import OUTCOMES
 from .spec import FAILED, OK, InputSpec, Problem, Target
+from .wake import wait_until_done
 
 __all__ = ["QueueReport", "report", "run_enqueue", "run_queue_report"]
 
@@ -174,9 +174,7 @@ async def run_enqueue(
             if not quiet:
                 print(f"job {job}: {done:,}/{chunks:,} chunks done", file=err)
 
-        await wait_until_done(
-            redis, job=job, key_prefix=key_prefix, every=0.5, on_progress=progress
-        )
+        await wait_until_done(redis, job=job, key_prefix=key_prefix, on_progress=progress)
         summary = await report(redis, job=job, output=output, key_prefix=key_prefix)
     return _conclude(summary, output, err)
 

@@ -36,11 +36,19 @@ from .queue import (
     redis_errors,
     redis_settings,
     unreachable,
+    wake_channel,
 )
 from .records import failed_record, part_records
 from .spec import Connection, Problem, Target
 
-__all__ = ["WorkerConfig", "run_queue_worker", "run_worker", "send_chunk", "worker_settings"]
+__all__ = [
+    "WorkerConfig",
+    "make_worker",
+    "run_queue_worker",
+    "run_worker",
+    "send_chunk",
+    "worker_settings",
+]
 
 log = logging.getLogger("dispatch_async")
 
@@ -58,6 +66,7 @@ class WorkerConfig:
     max_jobs: int = 4
     job_timeout: float = 300.0
     burst: bool = False
+    #: The longest a worker waits for work without being told (see ``prompt_worker``).
     poll_delay: float = 0.5
     #: Serve Prometheus metrics (the SDK's ``PrometheusHook``) on this port, if given.
     metrics_port: int | None = None
@@ -65,7 +74,8 @@ class WorkerConfig:
 
 
 def worker_settings(config: WorkerConfig) -> dict[str, Any]:
-    """The keyword arguments of ``arq.Worker`` for *config*."""
+    """The keyword arguments of ``PromptWorker`` (``arq.Worker``'s, and one more) for *config*."""
+    redis = redis_settings(config.queue_url)  # a Problem if arq is not installed
     from arq.worker import func
 
     async def startup(ctx: dict[str, Any]) -> None:
@@ -83,7 +93,7 @@ def worker_settings(config: WorkerConfig) -> dict[str, Any]:
     return {
         # One try more than a redelivery needs: a second delivery only records.
         "functions": [func(send_chunk, name=SEND_CHUNK, max_tries=3)],
-        "redis_settings": redis_settings(config.queue_url),
+        "redis_settings": redis,
         "queue_name": queue_name(config.key_prefix),
         "on_startup": startup,
         "on_shutdown": shutdown,
@@ -91,6 +101,7 @@ def worker_settings(config: WorkerConfig) -> dict[str, Any]:
         "job_timeout": config.job_timeout,
         "burst": config.burst,
         "poll_delay": config.poll_delay,
+        "wake_channel": wake_channel(config.key_prefix),
         # JSON, not pickle: whoever can write to the queue must not run code in workers.
         "job_serializer": orjson.dumps,
         "job_deserializer": orjson.loads,
@@ -99,13 +110,19 @@ def worker_settings(config: WorkerConfig) -> dict[str, Any]:
     }
 
 
+def make_worker(config: WorkerConfig, **overrides: Any) -> Any:
+    """The worker for *config* (a ``PromptWorker``), *overrides* replacing its settings."""
+    settings = worker_settings(config)  # first: a Problem if arq is not installed
+    from .prompt_worker import PromptWorker
+
+    return PromptWorker(**{**settings, **overrides})
+
+
 async def run_worker(config: WorkerConfig) -> int:
     """Run an arq worker until SIGINT/SIGTERM (or, with ``burst``, an empty queue)."""
-    from arq.worker import Worker
-
     if config.metrics_port is not None:
         _serve_metrics(config.metrics_host, config.metrics_port)
-    worker = Worker(**worker_settings(config))
+    worker = make_worker(config)
     try:
         await worker.async_run()
     except asyncio.CancelledError:
