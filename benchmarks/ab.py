@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -58,6 +59,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("variants", nargs="+", help="name=path of a copy of the package")
     args = parser.parse_args()
+    # A SIGTERM unwinds through server()'s cleanup, so the simulator stops with us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     variants: list[tuple[str, str | None]] = [("baseline", None)]
     variants += [tuple(v.split("=", 1)) for v in args.variants]  # type: ignore[misc]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
+from ._columns import Complement
 from ._exceptions import DispatchError, MalformedResponseError, MissingFromResponseError
 from ._models import (
     DispatchResult,
@@ -24,7 +25,6 @@ from ._models import (
     invalid_messages,
     valid_messages,
 )
-from ._positions import Complement
 from ._recipients import Chunk, recipient_of
 from ._wire import AnswerColumns, decode_json
 

@@ -15,8 +15,8 @@ from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
+from ._columns import Joined
 from ._exceptions import DispatchError, FailedRecipientsError
-from ._positions import Joined
 
 __all__ = [
     "DispatchResult",
@@ -117,6 +117,7 @@ class FailedRecipient:
 
 
 _T = TypeVar("_T")
+_S = TypeVar("_S")
 #: No recipient of the part had a ``ref``.
 NO_REFS: Mapping[int, Any] = {}
 
@@ -298,7 +299,8 @@ def merge_results(
 ) -> DispatchResult:
     """Join chunk results, in input order, into one: linear in the number of recipients.
 
-    Positions stay lazy (see ``_positions``): merging costs nothing per recipient there.
+    The columns are joined lazily (see ``_columns``): merging costs nothing per
+    recipient until someone reads them.
     """
     ordered = sorted(parts, key=lambda p: p.positions.start)
     valid = _Columns()
@@ -328,26 +330,28 @@ def merge_results(
 
 
 class _Columns:
-    """The columns of several parts' outcomes, gathered for ``merge_results``."""
+    """The columns of several parts' outcomes, joined lazily for ``merge_results``."""
 
     def __init__(self) -> None:
-        self.first: list[str] = []
-        self.second: list[str] = []
+        self.first: list[Sequence[str]] = []
+        self.second: list[Sequence[str]] = []
         self.positions: list[Sequence[int]] = []
         self.refs: list[Mapping[int, Any]] = []
 
     def extend(self, items: Sequence[Any]) -> None:
         if isinstance(items, _Outcomes):
-            self.first.extend(items._first)
-            self.second.extend(items._second)
+            if not items:
+                return
+            self.first.append(items._first)
+            self.second.append(items._second)
             self.positions.append(items._positions)
             if items._refs and not any(r is items._refs for r in self.refs):
                 self.refs.append(items._refs)
             return
         # A result built by hand, e.g. in a caller's test.
         rows = [attrs.astuple(item, recurse=False) for item in items]
-        self.first.extend(row[0] for row in rows)
-        self.second.extend(row[1] for row in rows)
+        self.first.append(tuple(row[0] for row in rows))
+        self.second.append(tuple(row[1] for row in rows))
         self.positions.append(tuple(row[2] for row in rows))
         refs = {row[2]: row[3] for row in rows if row[3] is not None}
         if refs:
@@ -355,12 +359,16 @@ class _Columns:
 
     def columns(
         self,
-    ) -> tuple[tuple[str, ...], tuple[str, ...], Sequence[int], Mapping[int, Any]]:
+    ) -> tuple[Sequence[str], Sequence[str], Sequence[int], Mapping[int, Any]]:
         refs: Mapping[int, Any] = NO_REFS
         if len(self.refs) == 1:
             refs = self.refs[0]  # a list's refs are one mapping shared by its chunks
         elif self.refs:
             refs = {p: r for mapping in self.refs for p, r in mapping.items()}
-        positions = self.positions[0] if len(self.positions) == 1 else Joined(self.positions)
-        # Tuples, for the garbage collector (see _Outcomes); the copy is a memcpy.
-        return tuple(self.first), tuple(self.second), positions, refs
+        return _joined(self.first), _joined(self.second), _joined(self.positions), refs
+
+
+def _joined(parts: list[Sequence[_S]]) -> Sequence[_S]:
+    if not parts:
+        return ()
+    return parts[0] if len(parts) == 1 else Joined(parts)
