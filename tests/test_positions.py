@@ -100,6 +100,18 @@ class TestEveryOutcomeHasItsPosition:
         assert result.valid[3].position == result.valid.positions[3] == 4
         assert [v.position for v in result.valid[2:4]] == [3, 4]
 
+    async def test_the_id_and_number_columns_of_a_merged_result_match_its_outcomes(
+        self, session: da.DispatchSession
+    ) -> None:
+        result = await session.send_template(mixed(10), **TEMPLATE, chunk_size=3)
+        assert isinstance(result.valid, da.ValidMessages)
+        ids = [v.id for v in result.valid]
+        assert len(set(ids)) == len(ids) == 7
+        assert list(result.valid.ids) == ids
+        assert [result.valid.ids[i] for i in range(7)] == ids  # indexed: built once
+        assert list(result.valid.ids) == ids
+        assert list(result.valid.numbers) == [v.number for v in result.valid]
+
     async def test_each_streamed_part_has_positions_within_its_own_range(
         self, session: da.DispatchSession
     ) -> None:
