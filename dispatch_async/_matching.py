@@ -16,10 +16,12 @@ from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
+from ._columns import Complement
 from ._exceptions import DispatchError, MalformedResponseError, MissingFromResponseError
 from ._models import (
     DispatchResult,
     FailedRecipient,
+    InvalidMessages,
     invalid_messages,
     valid_messages,
 )
@@ -43,15 +45,15 @@ def result_from_error(
     """Every sendable recipient of *chunk* failed with *error*."""
     given = chunk.given_numbers()
     maybe_sent = error.maybe_sent
+    refs = chunk.refs
     failures = [
-        FailedRecipient(recipient_of(m, g), error, maybe_sent)
-        for m, g in zip(chunk.messages, given, strict=True)
+        FailedRecipient(recipient_of(m, g, refs.get(p)), error, maybe_sent, p)
+        for m, g, p in zip(chunk.messages, given, chunk.message_positions(), strict=True)
     ]
-    numbers, reasons = _rejected(chunk)
     return DispatchResult(
         chunk.positions,
-        valid_messages([], []),
-        invalid_messages(numbers, reasons),
+        valid_messages((), (), (), refs),
+        _invalid(chunk, (), (), ()),
         failures,
         requests=requests,
         retries=retries,
@@ -67,13 +69,12 @@ def result_from_answer(
     checked (``decode_answer``); both go through the same match.
     """
     if isinstance(data, AnswerColumns):
-        if _matches(chunk, data.valid_numbers, data.invalid_numbers):
+        where = _match(chunk, data.valid_numbers, data.invalid_numbers)
+        if where is not None:
             return _quick_result(
                 chunk,
-                data.ids,
-                data.valid_numbers,
-                data.invalid_numbers,
-                data.reasons,
+                (data.ids, data.valid_numbers, data.invalid_numbers, data.reasons),
+                where,
                 requests=requests,
                 retries=retries,
             )
@@ -90,39 +91,48 @@ def result_from_answer(
         error = MalformedResponseError("validMessages and invalidMessages must be arrays")
         return result_from_error(chunk, error, requests=requests, retries=retries)
     columns = _columns(valid, invalid)
-    if columns is not None and _matches(chunk, columns[1], columns[2]):
-        return _quick_result(chunk, *columns, requests=requests, retries=retries)
+    if columns is not None:
+        where = _match(chunk, columns[1], columns[2])
+        if where is not None:
+            return _quick_result(chunk, columns, where, requests=requests, retries=retries)
     return _careful_match(chunk, valid, invalid, requests=requests, retries=retries)
 
 
 _Columns = tuple[Sequence[str], Sequence[str], list[str], list[str]]
+#: The input positions of an answer's valid and invalid entries, in their order.
+_Where = tuple[Sequence[int], Sequence[int]]
 
 
 def _quick_result(
-    chunk: Chunk,
-    ids: Sequence[str],
-    valid_numbers: Sequence[str],
-    invalid_numbers: list[str],
-    reasons: list[str],
-    *,
-    requests: int,
-    retries: int,
+    chunk: Chunk, columns: _Columns, where: _Where, *, requests: int, retries: int
 ) -> DispatchResult:
-    numbers, local_reasons = _rejected(chunk)
+    ids, valid_numbers, invalid_numbers, reasons = columns
     return DispatchResult(
         chunk.positions,
-        valid_messages(ids, valid_numbers),
-        invalid_messages(invalid_numbers + numbers, reasons + local_reasons),
+        valid_messages(ids, valid_numbers, where[0], chunk.refs),
+        _invalid(chunk, invalid_numbers, reasons, where[1]),
         requests=requests,
         retries=retries,
     )
+
+
+def _invalid(
+    chunk: Chunk, numbers: Sequence[str], reasons: Sequence[str], positions: Sequence[int]
+) -> InvalidMessages:
+    """The service's rejections, then the chunk's local ones."""
+    if chunk.rejected:
+        local_numbers, local_reasons, local_positions = zip(*chunk.rejected, strict=True)
+        numbers = [*numbers, *local_numbers]
+        reasons = [*reasons, *local_reasons]
+        positions = [*positions, *local_positions]
+    return invalid_messages(numbers, reasons, positions, chunk.refs)
 
 
 def _columns(valid: list[Any], invalid: list[Any]) -> _Columns | None:
     """(ids, valid numbers, invalid numbers, reasons) if every entry has them as strings.
 
     The ids and numbers are tuples: the part keeps them until the job's end, and the
-    garbage collector stops tracking a tuple of strings (see ``_Pairs``).
+    garbage collector stops tracking a tuple of strings (see ``_Outcomes``).
     """
     try:
         # map + itemgetter raise exactly what m["id"] would (KeyError, TypeError).
@@ -142,52 +152,85 @@ def _columns(valid: list[Any], invalid: list[Any]) -> _Columns | None:
     return ids, valid_numbers, invalid_numbers, reasons
 
 
-def _matches(chunk: Chunk, valid_numbers: Sequence[str], invalid_numbers: list[str]) -> bool:
-    """Whether the answer names exactly the numbers sent, as sent, each once."""
+def _match(
+    chunk: Chunk, valid_numbers: Sequence[str], invalid_numbers: Sequence[str]
+) -> _Where | None:
+    """Where each answer entry was in the input, if the answer names exactly the numbers
+    sent, as sent, each once; else None.
+
+    A number sent twice is matched in input order: its first answer entry is its first
+    position in the chunk.
+    """
     if chunk.given is not None:
-        return False
+        return None
     sent = list(map(_NUMBER, chunk.messages))
     if len(valid_numbers) + len(invalid_numbers) != len(sent):
-        return False
-    return _interleaved(sent, valid_numbers, invalid_numbers) or (
-        # Another order: compare as multisets. dict.__eq__ compares the counts in C,
-        # where Counter.__eq__ is a Python loop dearer than all the rest of the match.
-        dict.__eq__(Counter([*valid_numbers, *invalid_numbers]), Counter(sent))
+        return None
+    where = chunk.message_positions()
+    split = _split(sent, valid_numbers, invalid_numbers)
+    if split is not None:
+        holes, few_are_invalid = split
+        few = list(map(where.__getitem__, holes))
+        many = Complement(where, holes) if holes else where
+        return (many, few) if few_are_invalid else (few, many)
+    # Another order: compare as multisets. dict.__eq__ compares the counts in C,
+    # where Counter.__eq__ is a Python loop dearer than all the rest of the match.
+    if not dict.__eq__(Counter([*valid_numbers, *invalid_numbers]), Counter(sent)):
+        return None
+    queues: defaultdict[str, deque[int]] = defaultdict(deque)
+    for number, position in zip(sent, where, strict=True):
+        queues[number].append(position)
+    return (
+        [queues[number].popleft() for number in valid_numbers],
+        [queues[number].popleft() for number in invalid_numbers],
     )
 
 
 def _interleaved(sent: list[str], valid: Sequence[str], invalid: Sequence[str]) -> bool:
-    """Whether *sent* splits into *valid* and *invalid*, each in the order sent.
+    """Whether *sent* splits into *valid* and *invalid*, each in the order sent."""
+    return _split(sent, valid, invalid) is not None
+
+
+def _split(
+    sent: list[str], valid: Sequence[str], invalid: Sequence[str]
+) -> tuple[list[int], bool] | None:
+    """If *sent* splits into *valid* and *invalid*, each in the order sent: the indices in
+    *sent* of the shorter list's numbers, and whether that list is *invalid*.
 
     That is how a service answers when it keeps the order: checked in C by locating the
     shorter list's numbers in *sent* (``list.index`` from the last hit on) and comparing
-    what is left with the other list. Any other answer gets False, never a wrong True.
+    what is left with the other list. Any other answer gets None, never a wrong split.
     """
-    few, many = (invalid, valid) if len(invalid) <= len(valid) else (valid, invalid)
+    few_are_invalid = len(invalid) <= len(valid)
+    few, many = (invalid, valid) if few_are_invalid else (valid, invalid)
     if not few:
-        return list(many) == sent
+        return ([], few_are_invalid) if list(many) == sent else None
+    holes: list[int] = []
     rest: list[str] = []
     at = 0
     try:
         for number in few:
             found = sent.index(number, at)
+            holes.append(found)
             rest += sent[at:found]
             at = found + 1
     except ValueError:
-        return False
+        return None
     rest += sent[at:]
-    return rest == list(many)
+    return (holes, few_are_invalid) if rest == list(many) else None
 
 
 def _careful_match(
     chunk: Chunk, valid: list[Any], invalid: list[Any], *, requests: int, retries: int
 ) -> DispatchResult:
     given = chunk.given_numbers()
+    where = chunk.message_positions()
+    refs = chunk.refs
     exact: defaultdict[str, deque[int]] = defaultdict(deque)
     digits: defaultdict[str, deque[int]] = defaultdict(deque)
-    for position, message in enumerate(chunk.messages):
-        exact[message["number"]].append(position)
-        digits[_NOT_DIGITS.sub("", message["number"])].append(position)
+    for index, message in enumerate(chunk.messages):
+        exact[message["number"]].append(index)
+        digits[_NOT_DIGITS.sub("", message["number"])].append(index)
     claimed: set[int] = set()
 
     def claim(number: object) -> int | None:
@@ -206,40 +249,45 @@ def _careful_match(
     broken: dict[int, DispatchError] = {}
     unexpected: list[Mapping[str, Any]] = []
     for entry, kind in [(e, "valid") for e in valid] + [(e, "invalid") for e in invalid]:
-        index = claim(entry.get("number")) if isinstance(entry, dict) else None
-        if index is None:
+        claimed_at = claim(entry.get("number")) if isinstance(entry, dict) else None
+        if claimed_at is None:
             unexpected.append(entry if isinstance(entry, dict) else {"entry": entry})
             continue
         if kind == "valid":
             message_id = entry.get("id")
             if type(message_id) is str and message_id:
-                outcomes[index] = ("valid", message_id)
+                outcomes[claimed_at] = ("valid", message_id)
             else:
-                broken[index] = MalformedResponseError(
+                broken[claimed_at] = MalformedResponseError(
                     "the service listed this recipient as valid without a usable id"
                 )
         else:
             reason = entry.get("reason")
-            outcomes[index] = ("invalid", reason if type(reason) is str else _NO_REASON)
+            outcomes[claimed_at] = ("invalid", reason if type(reason) is str else _NO_REASON)
 
     ids: list[str] = []
     valid_numbers: list[str] = []
+    valid_positions: list[int] = []
     invalid_numbers: list[str] = []
     reasons: list[str] = []
+    invalid_positions: list[int] = []
     failures: list[FailedRecipient] = []
     missing = MissingFromResponseError("the answer did not mention this recipient")
-    for position, message in enumerate(chunk.messages):
-        outcome = outcomes.get(position)
+    for index, message in enumerate(chunk.messages):
+        outcome = outcomes.get(index)
+        position = where[index]
         if outcome is None:
-            error = broken.get(position, missing)
-            failures.append(FailedRecipient(recipient_of(message, given[position]), error, True))
+            error = broken.get(index, missing)
+            recipient = recipient_of(message, given[index], refs.get(position))
+            failures.append(FailedRecipient(recipient, error, True, position))
         elif outcome[0] == "valid":
             ids.append(outcome[1])
-            valid_numbers.append(given[position])
+            valid_numbers.append(given[index])
+            valid_positions.append(position)
         else:
-            invalid_numbers.append(given[position])
+            invalid_numbers.append(given[index])
             reasons.append(outcome[1])
-    numbers, local_reasons = _rejected(chunk)
+            invalid_positions.append(position)
     if unexpected or failures:
         log.warning(
             "chunk at %d: the answer left %d recipient(s) unaccounted for and named %d "
@@ -250,17 +298,10 @@ def _careful_match(
         )
     return DispatchResult(
         chunk.positions,
-        valid_messages(ids, valid_numbers),
-        invalid_messages(invalid_numbers + numbers, reasons + local_reasons),
+        valid_messages(ids, valid_numbers, valid_positions, refs),
+        _invalid(chunk, invalid_numbers, reasons, invalid_positions),
         failures,
         unexpected,
         requests=requests,
         retries=retries,
     )
-
-
-def _rejected(chunk: Chunk) -> tuple[list[str], list[str]]:
-    if not chunk.rejected:
-        return [], []
-    numbers, reasons = zip(*chunk.rejected, strict=True)
-    return list(numbers), list(reasons)

@@ -1,17 +1,21 @@
 """The values callers hand in and get back: recipients, fallbacks and results.
 
-Results hold their accepted and rejected recipients in flat lists and build the
+Results hold their accepted and rejected recipients in flat columns and build the
 ``ValidMessage``/``InvalidMessage`` objects only when they are looked at: a bulk job
 accepts millions of recipients and most callers only count them or stream them out.
+Every outcome knows its recipient's ``position`` in the caller's input and the caller's
+``ref`` for it, which never goes on the wire.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
+from ._columns import Joined
 from ._exceptions import DispatchError, FailedRecipientsError
 
 __all__ = [
@@ -42,10 +46,15 @@ def _check_vars(_: object, __: attrs.Attribute[Mapping[str, str]], value: object
 
 @attrs.frozen
 class Recipient:
-    """One phone number to send to, with the template variables for that number."""
+    """One phone number to send to, with the template variables for that number.
+
+    ``ref`` is yours (a row key, a contact id): it never goes on the wire and comes
+    back as the ``ref`` of this recipient's outcome.
+    """
 
     number: str = attrs.field(validator=_check_number)
     vars: Mapping[str, str] = attrs.field(factory=dict, validator=_check_vars, kw_only=True)
+    ref: Any = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen
@@ -63,18 +72,29 @@ class Fallback:
 
 @attrs.frozen
 class ValidMessage:
-    """A recipient the service accepted; ``number`` is as the caller gave it."""
+    """A recipient the service accepted; ``number`` is as the caller gave it.
+
+    ``position`` is the recipient's index in the caller's input, ``ref`` the
+    ``Recipient.ref`` it was given with (None without one).
+    """
 
     id: str
     number: str
+    position: int
+    ref: Any = None
 
 
 @attrs.frozen
 class InvalidMessage:
-    """A recipient the service (or local validation) rejected, and why."""
+    """A recipient the service (or local validation) rejected, and why.
+
+    ``position`` and ``ref`` as for ``ValidMessage``.
+    """
 
     number: str
     reason: str
+    position: int
+    ref: Any = None
 
 
 @attrs.frozen
@@ -82,34 +102,59 @@ class FailedRecipient:
     """A recipient with no answer from the service.
 
     ``maybe_sent`` is False only when the service certainly did not act, so the
-    recipient is safe to send again.
+    recipient is safe to send again. ``position`` is its index in the caller's input.
     """
 
     recipient: Recipient
     error: DispatchError
     maybe_sent: bool
+    position: int
+
+    @property
+    def ref(self) -> Any:
+        """The caller's ``Recipient.ref`` for this recipient (None without one)."""
+        return self.recipient.ref
 
 
 _T = TypeVar("_T")
+_S = TypeVar("_S")
+#: No recipient of the part had a ``ref``.
+NO_REFS: Mapping[int, Any] = {}
 
 
-class _Pairs(Sequence[_T], Generic[_T]):
-    """A read-only sequence of ``make(a, b)`` over two parallel sequences, built on access.
+class _Outcomes(Sequence[_T], Generic[_T]):
+    """A read-only sequence of outcomes over parallel columns, each built on access.
 
-    A chunk's parts hold tuples: once the garbage collector has seen that a tuple holds
-    only strings it stops tracking it, where a million-recipient job's lists of ids
-    would be scanned again by every older-generation collection until the job ends.
+    ``make(a, b, position, ref)`` builds one; *refs* maps input positions to the
+    caller's refs (only those given). A chunk's parts hold tuples: once the garbage
+    collector has seen that a tuple holds only strings it stops tracking it, where a
+    million-recipient job's lists of ids would be scanned again by every older-generation
+    collection until the job ends.
     """
 
-    __slots__ = ("_first", "_make", "_second")
+    __slots__ = ("_first", "_make", "_positions", "_refs", "_second")
 
-    def __init__(self, make: type[_T], first: Sequence[str], second: Sequence[str]) -> None:
+    def __init__(
+        self,
+        make: Callable[[str, str, int, Any], _T],
+        first: Sequence[str],
+        second: Sequence[str],
+        positions: Sequence[int],
+        refs: Mapping[int, Any] = NO_REFS,
+    ) -> None:
         self._make = make
         self._first = first
         self._second = second
+        self._positions = positions
+        self._refs = refs
 
     def __len__(self) -> int:
         return len(self._first)
+
+    @property
+    def positions(self) -> Sequence[int]:
+        """Each outcome's index in the caller's input; ``positions[i]`` goes with item i."""
+        return self._positions
 
     @overload
     def __getitem__(self, index: int) -> _T: ...
@@ -117,19 +162,24 @@ class _Pairs(Sequence[_T], Generic[_T]):
     def __getitem__(self, index: slice) -> Sequence[_T]: ...
     def __getitem__(self, index: int | slice) -> _T | Sequence[_T]:
         if isinstance(index, slice):
-            return type(self)(self._make, self._first[index], self._second[index])
-        return self._make(self._first[index], self._second[index])  # type: ignore[call-arg]
+            return type(self)(
+                self._make,
+                self._first[index],
+                self._second[index],
+                self._positions[index],
+                self._refs,
+            )
+        position = self._positions[index]
+        return self._make(
+            self._first[index], self._second[index], position, self._refs.get(position)
+        )
 
     def __iter__(self) -> Iterator[_T]:
-        return map(self._make, self._first, self._second)
+        positions = self._positions
+        refs = map(self._refs.get, positions) if self._refs else repeat(None)
+        return map(self._make, self._first, self._second, positions, refs)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, _Pairs):
-            # list() because a tuple never equals a list with the same items.
-            return (list(self._first), list(self._second)) == (
-                list(other._first),
-                list(other._second),
-            )
         if isinstance(other, Sequence):
             return list(self) == list(other)
         return NotImplemented
@@ -142,11 +192,12 @@ class _Pairs(Sequence[_T], Generic[_T]):
         return f"[{shown}{more}]"
 
 
-class ValidMessages(_Pairs[ValidMessage]):
-    """``result.valid``: a sequence of ``ValidMessage``, and its two columns.
+class ValidMessages(_Outcomes[ValidMessage]):
+    """``result.valid``: a sequence of ``ValidMessage``, and its columns.
 
-    ``ids`` and ``numbers`` read a chunk's outcomes without building an object per
-    recipient (a bulk job's records, say); ``ids[i]`` goes with ``numbers[i]``.
+    ``ids``, ``numbers`` and ``positions`` read a chunk's outcomes without building an
+    object per recipient (a bulk job's records, say); ``ids[i]`` goes with ``numbers[i]``
+    and ``positions[i]``.
     """
 
     __slots__ = ()
@@ -160,8 +211,8 @@ class ValidMessages(_Pairs[ValidMessage]):
         return self._second
 
 
-class InvalidMessages(_Pairs[InvalidMessage]):
-    """``result.invalid``: a sequence of ``InvalidMessage``, and its two columns."""
+class InvalidMessages(_Outcomes[InvalidMessage]):
+    """``result.invalid``: a sequence of ``InvalidMessage``, and its columns."""
 
     __slots__ = ()
 
@@ -174,14 +225,24 @@ class InvalidMessages(_Pairs[InvalidMessage]):
         return self._second
 
 
-def valid_messages(ids: Sequence[str], numbers: Sequence[str]) -> ValidMessages:
-    """Accepted recipients as a sequence, from parallel id and number sequences."""
-    return ValidMessages(ValidMessage, ids, numbers)
+def valid_messages(
+    ids: Sequence[str],
+    numbers: Sequence[str],
+    positions: Sequence[int],
+    refs: Mapping[int, Any] = NO_REFS,
+) -> ValidMessages:
+    """Accepted recipients as a sequence, from parallel id, number and position columns."""
+    return ValidMessages(ValidMessage, ids, numbers, positions, refs)
 
 
-def invalid_messages(numbers: Sequence[str], reasons: Sequence[str]) -> InvalidMessages:
-    """Rejected recipients as a sequence, from parallel number and reason sequences."""
-    return InvalidMessages(InvalidMessage, numbers, reasons)
+def invalid_messages(
+    numbers: Sequence[str],
+    reasons: Sequence[str],
+    positions: Sequence[int],
+    refs: Mapping[int, Any] = NO_REFS,
+) -> InvalidMessages:
+    """Rejected recipients as a sequence, from parallel number, reason and position columns."""
+    return InvalidMessages(InvalidMessage, numbers, reasons, positions, refs)
 
 
 @attrs.frozen
@@ -193,8 +254,8 @@ class DispatchResult:
     """
 
     positions: range
-    valid: Sequence[ValidMessage] = attrs.field(factory=lambda: valid_messages([], []))
-    invalid: Sequence[InvalidMessage] = attrs.field(factory=lambda: invalid_messages([], []))
+    valid: Sequence[ValidMessage] = attrs.field(factory=lambda: valid_messages((), (), ()))
+    invalid: Sequence[InvalidMessage] = attrs.field(factory=lambda: invalid_messages((), (), ()))
     failed: Sequence[FailedRecipient] = attrs.field(factory=list)
     unexpected: Sequence[Mapping[str, Any]] = attrs.field(factory=list)
     requests: int = 0
@@ -236,18 +297,20 @@ class DispatchResult:
 def merge_results(
     parts: Iterable[DispatchResult], positions: range | None = None
 ) -> DispatchResult:
-    """Join chunk results, in input order, into one: linear in the number of recipients."""
+    """Join chunk results, in input order, into one: linear in the number of recipients.
+
+    The columns are joined lazily (see ``_columns``): merging costs nothing per
+    recipient until someone reads them.
+    """
     ordered = sorted(parts, key=lambda p: p.positions.start)
-    ids: list[str] = []
-    valid_numbers: list[str] = []
-    invalid_numbers: list[str] = []
-    reasons: list[str] = []
+    valid = _Columns()
+    invalid = _Columns()
     failed: list[FailedRecipient] = []
     unexpected: list[Mapping[str, Any]] = []
     requests = retries = 0
     for part in ordered:
-        _extend_pairs(part.valid, ids, valid_numbers)
-        _extend_pairs(part.invalid, invalid_numbers, reasons)
+        valid.extend(part.valid)
+        invalid.extend(part.invalid)
         failed.extend(part.failed)
         unexpected.extend(part.unexpected)
         requests += part.requests
@@ -257,9 +320,8 @@ def merge_results(
         positions = range(ordered[0].positions.start if ordered else 0, end)
     return DispatchResult(
         positions,
-        # Tuples, for the garbage collector (see _Pairs); the copy is a memcpy.
-        valid_messages(tuple(ids), tuple(valid_numbers)),
-        invalid_messages(tuple(invalid_numbers), tuple(reasons)),
+        valid_messages(*valid.columns()),
+        invalid_messages(*invalid.columns()),
         failed,
         unexpected,
         requests,
@@ -267,12 +329,46 @@ def merge_results(
     )
 
 
-def _extend_pairs(items: Sequence[Any], first: list[str], second: list[str]) -> None:
-    if isinstance(items, _Pairs):
-        first.extend(items._first)
-        second.extend(items._second)
-    else:  # a result built by hand, e.g. in a caller's test
-        for item in items:
-            a, b = attrs.astuple(item)
-            first.append(a)
-            second.append(b)
+class _Columns:
+    """The columns of several parts' outcomes, joined lazily for ``merge_results``."""
+
+    def __init__(self) -> None:
+        self.first: list[Sequence[str]] = []
+        self.second: list[Sequence[str]] = []
+        self.positions: list[Sequence[int]] = []
+        self.refs: list[Mapping[int, Any]] = []
+
+    def extend(self, items: Sequence[Any]) -> None:
+        if isinstance(items, _Outcomes):
+            if not items:
+                return
+            self.first.append(items._first)
+            self.second.append(items._second)
+            self.positions.append(items._positions)
+            if items._refs and not any(r is items._refs for r in self.refs):
+                self.refs.append(items._refs)
+            return
+        # A result built by hand, e.g. in a caller's test.
+        rows = [attrs.astuple(item, recurse=False) for item in items]
+        self.first.append(tuple(row[0] for row in rows))
+        self.second.append(tuple(row[1] for row in rows))
+        self.positions.append(tuple(row[2] for row in rows))
+        refs = {row[2]: row[3] for row in rows if row[3] is not None}
+        if refs:
+            self.refs.append(refs)
+
+    def columns(
+        self,
+    ) -> tuple[Sequence[str], Sequence[str], Sequence[int], Mapping[int, Any]]:
+        refs: Mapping[int, Any] = NO_REFS
+        if len(self.refs) == 1:
+            refs = self.refs[0]  # a list's refs are one mapping shared by its chunks
+        elif self.refs:
+            refs = {p: r for mapping in self.refs for p, r in mapping.items()}
+        return _joined(self.first), _joined(self.second), _joined(self.positions), refs
+
+
+def _joined(parts: list[Sequence[_S]]) -> Sequence[_S]:
+    if not parts:
+        return ()
+    return parts[0] if len(parts) == 1 else Joined(parts)

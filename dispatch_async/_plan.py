@@ -69,6 +69,9 @@ def _planned(chunk: Chunk) -> PlannedChunk:
         chunk.positions,
         tuple(message["number"] for message in chunk.messages),
         invalid_messages(
-            tuple(number for number, _ in refused), tuple(reason for _, reason in refused)
+            tuple(number for number, _, _ in refused),
+            tuple(reason for _, reason, _ in refused),
+            tuple(position for _, _, position in refused),
+            chunk.refs,
         ),
     )

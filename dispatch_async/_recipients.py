@@ -40,18 +40,28 @@ class Chunk:
     """A run of consecutive input positions, ready to be sent as one request.
 
     ``given`` holds the caller's numbers when they differ from the wire ones (E.164
-    normalisation); ``rejected`` holds (number, reason) pairs refused locally.
+    normalisation); ``rejected`` holds (number, reason, position) refused locally, and
+    then ``where`` the input position of each message. ``refs`` maps input positions to
+    the callers' ``Recipient.ref`` (only those given; it may hold other chunks' too).
     """
 
     start: int
     size: int
     messages: list[WireMessage]
     given: list[str] | None = None
-    rejected: list[tuple[str, str]] = attrs.field(factory=list)
+    rejected: list[tuple[str, str, int]] = attrs.field(factory=list)
+    where: Sequence[int] | None = None
+    refs: Mapping[int, Any] = attrs.field(factory=dict)
 
     @property
     def positions(self) -> range:
         return range(self.start, self.start + self.size)
+
+    def message_positions(self) -> Sequence[int]:
+        """The input position of each message, in the order of ``messages``."""
+        if self.where is not None:
+            return self.where
+        return range(self.start, self.start + len(self.messages))
 
     def given_numbers(self) -> list[str]:
         """The caller's numbers, in the order of ``messages``."""
@@ -60,9 +70,14 @@ class Chunk:
         return [m["number"] for m in self.messages]
 
 
-def to_wire(items: Sequence[Any], start: int) -> list[WireMessage]:
-    """Check recipients and give their wire form, or raise naming the first bad position."""
-    return _to_wire(items, start, _wire_prefix(items))
+def to_wire(
+    items: Sequence[Any], start: int, refs: dict[int, Any] | None = None
+) -> list[WireMessage]:
+    """Check recipients and give their wire form, or raise naming the first bad position.
+
+    The ``ref`` of each Recipient that has one goes into *refs*, by input position.
+    """
+    return _to_wire(items, start, _wire_prefix(items), refs)
 
 
 def _wire_prefix(items: Sequence[Any]) -> int:
@@ -91,7 +106,9 @@ def _wire_prefix(items: Sequence[Any]) -> int:
     return done
 
 
-def _to_wire(items: Sequence[Any], start: int, done: int) -> list[WireMessage]:
+def _to_wire(
+    items: Sequence[Any], start: int, done: int, refs: dict[int, Any] | None = None
+) -> list[WireMessage]:
     """``to_wire`` when the first *done* items are known to be wire messages already."""
     out: list[WireMessage] = list(items[:done]) if done else []
     if done == len(items):
@@ -116,10 +133,14 @@ def _to_wire(items: Sequence[Any], start: int, done: int) -> list[WireMessage]:
                 continue
         elif cls is Recipient:
             values = item.vars
+            if item.ref is not None and refs is not None:
+                refs[start + len(out)] = item.ref
             append(
                 {"number": item.number, "vars": values if type(values) is dict else dict(values)}
             )
             continue
+        if isinstance(item, Recipient) and item.ref is not None and refs is not None:
+            refs[start + len(out)] = item.ref
         append(_slow_to_wire(item, start + len(out)))
     return out
 
@@ -165,9 +186,10 @@ def _slow_to_wire(item: object, position: int) -> WireMessage:
     return {"number": str(number), "vars": {str(k): str(v) for k, v in values.items()}}
 
 
-def recipient_of(message: WireMessage, given: str | None = None) -> Recipient:
+def recipient_of(message: WireMessage, given: str | None = None, ref: Any = None) -> Recipient:
     """The caller-facing Recipient for a wire message (used for failures only)."""
-    return Recipient(given if given is not None else message["number"], vars=dict(message["vars"]))
+    number = given if given is not None else message["number"]
+    return Recipient(number, vars=dict(message["vars"]), ref=ref)
 
 
 def check_shape(recipients: object) -> None:
@@ -187,14 +209,16 @@ async def chunked(recipients: Recipients, size: int) -> AsyncGenerator[Chunk, No
     """
     if isinstance(recipients, Sequence):
         done = _wire_prefix(recipients)
+        refs: dict[int, Any] = {}
         if done == len(recipients) and type(recipients) is list:
             # Already the wire form: each chunk is a slice of the caller's list.
             messages: list[WireMessage] = recipients
         else:
-            messages = _to_wire(recipients, 0, done)
+            messages = _to_wire(recipients, 0, done, refs)
         for start in range(0, len(messages), size):
             part = messages[start : start + size]
-            yield Chunk(start, len(part), part)
+            # One refs mapping for the whole list: outcomes look refs up by position.
+            yield Chunk(start, len(part), part, refs=refs)
         return
     start = 0
     if isinstance(recipients, AsyncIterable):
@@ -227,8 +251,10 @@ class BadChunkError(InvalidRecipientError):
 
 
 def _chunk_or_raise(items: list[Any], start: int) -> Chunk:
+    refs: dict[int, Any] = {}
     try:
-        return Chunk(start, len(items), to_wire(items, start))
+        return Chunk(start, len(items), to_wire(items, start, refs), refs=refs)
     except InvalidRecipientError as error:
         good = items[: error.position - start]
-        raise BadChunkError(error, Chunk(start, len(good), to_wire(good, start))) from None
+        before = Chunk(start, len(good), to_wire(good, start, refs), refs=refs)
+        raise BadChunkError(error, before) from None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from ._exceptions import ConfigurationError
 from ._recipients import Chunk
 from ._wire import encodable
@@ -69,20 +71,21 @@ class Screen:
             return chunk
         messages: list[dict[str, Any]] = []
         given: list[str] = []
+        where: list[int] = []
         rejected = list(chunk.rejected)
         changed = False
-        for message in chunk.messages:
+        for message, position in zip(chunk.messages, chunk.message_positions(), strict=True):
             number: str = message["number"]
             wire_number = number
             if self._prevalidate:
                 e164 = to_e164(number, self._region)
                 if e164 is None:
-                    rejected.append((number, LOCALLY_INVALID))
+                    rejected.append((number, LOCALLY_INVALID, position))
                     continue
                 wire_number = e164
             if self._seen is not None:
                 if wire_number in self._seen:
-                    rejected.append((number, DUPLICATE))
+                    rejected.append((number, DUPLICATE, position))
                     continue
                 self._seen.add(wire_number)
             if wire_number != number:
@@ -90,7 +93,14 @@ class Screen:
                 message = {**message, "number": wire_number}
             messages.append(message)
             given.append(number)
-        return Chunk(chunk.start, chunk.size, messages, given if changed else None, rejected)
+            where.append(position)
+        return attrs.evolve(
+            chunk,
+            messages=messages,
+            given=given if changed else None,
+            rejected=rejected,
+            where=where if len(where) < len(chunk.messages) else chunk.where,
+        )
 
 
 def without_unencodable(chunk: Chunk) -> Chunk:
@@ -102,12 +112,19 @@ def without_unencodable(chunk: Chunk) -> Chunk:
     given = chunk.given_numbers()
     messages: list[dict[str, Any]] = []
     kept: list[str] = []
+    where: list[int] = []
     rejected = list(chunk.rejected)
-    for message, number in zip(chunk.messages, given, strict=True):
+    for message, number, position in zip(
+        chunk.messages, given, chunk.message_positions(), strict=True
+    ):
         if encodable(message):
             messages.append(message)
             kept.append(number)
+            where.append(position)
         else:
-            rejected.append((number if encodable(number) else repr(number), UNENCODABLE))
+            shown = number if encodable(number) else repr(number)
+            rejected.append((shown, UNENCODABLE, position))
     changed = chunk.given is not None
-    return Chunk(chunk.start, chunk.size, messages, kept if changed else None, rejected)
+    return attrs.evolve(
+        chunk, messages=messages, given=kept if changed else None, rejected=rejected, where=where
+    )

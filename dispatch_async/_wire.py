@@ -12,6 +12,7 @@ careful path.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from cattrs.errors import ClassValidationError
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from cattrs.preconf.orjson import make_converter
 
+from ._columns import Column
 from ._exceptions import AuthenticationError, MalformedResponseError
 from ._models import Fallback
 
@@ -212,12 +214,12 @@ _REASON = attrgetter("reason")
 class AnswerColumns:
     """A dispatch answer of the expected shape, as columns; ``body`` for the careful path.
 
-    Every id is a non-empty string and every number and reason a string. The tuples are
-    kept by the result until the job ends, and the garbage collector stops tracking a
-    tuple of strings (see ``_models._Pairs``).
+    Every id is a non-empty string and every number and reason a string. The ids stay
+    in the decoded entries until someone reads them (``_columns.Column``); the numbers
+    are a tuple, which the garbage collector stops tracking (see ``_models._Outcomes``).
     """
 
-    ids: tuple[str, ...]
+    ids: Sequence[str]
     valid_numbers: tuple[str, ...]
     invalid_numbers: list[str]
     reasons: list[str]
@@ -232,7 +234,7 @@ def decode_answer(body: bytes) -> AnswerColumns | Any:
         return decode_json(body)
     valid, invalid = answer.valid_messages, answer.invalid_messages
     return AnswerColumns(
-        tuple(map(_ID, valid)),
+        Column(valid, _ID),
         tuple(map(_NUMBER, valid)),
         list(map(_NUMBER, invalid)),
         list(map(_REASON, invalid)),

@@ -14,17 +14,23 @@ async def quick_start(secret: str) -> None:
         "https://api.example.com", client_secret=secret, account="acme"
     ) as session:
         result: da.DispatchResult = await session.send_template(
-            ["+5511987654321", da.Recipient("+5511912345678", vars={"pixCode": "000201"})],
+            [
+                "+5511987654321",
+                da.Recipient("+5511912345678", vars={"pixCode": "000201"}, ref=("row", 2)),
+            ],
             template_id="pix_reminder",
             fallback=[da.Fallback.sms("Seu código Pix chegou")],
         )
         for msg in result.valid:
             ident: str = msg.id
             number: str = msg.number
-            print(ident, number)
+            position: int = msg.position
+            print(ident, number, position, msg.ref)
         for rejected in result.invalid:
             reason: str = rejected.reason
-            print(rejected.number, reason)
+            print(rejected.number, reason, rejected.position + 1, rejected.ref)
+        at: list[int] = [f.position for f in result.failed]
+        print(at, [f.ref for f in result.failed])
         retry_these: list[da.Recipient] = [f.recipient for f in result.failed if not f.maybe_sent]
         print(retry_these, result.summary(), result.counts["valid"])
         result.raise_for_failures()
