@@ -279,6 +279,7 @@ class DispatchClient:
         self._loop = _Loop(make_session)
         self._options: dict[str, Any] = {}
         self._view: tuple[DispatchSession, DispatchSession] | None = None
+        self._owns = True  # False in a view (even one without options): the client owns it all
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> DispatchClient:
@@ -307,11 +308,12 @@ class DispatchClient:
         self._loop.session.with_options(**options)  # a bad option fails here
         view = object.__new__(DispatchClient)
         view._loop, view._options, view._view = self._loop, options, None
+        view._owns = False
         return view
 
     def __repr__(self) -> str:
         session = self._loop.session
-        view = " view" if self._options else ""
+        view = "" if self._owns else " view"
         return (
             f"<DispatchClient{view} base_url={str(session.base_url)!r} account={session.account!r}>"
         )
@@ -329,7 +331,7 @@ class DispatchClient:
 
     def close(self) -> None:
         """Close the session and stop its loop. Safe to call twice; a no-op on a view."""
-        if not self._options:
+        if self._owns:
             self._loop.close()
 
     def __enter__(self) -> DispatchClient:

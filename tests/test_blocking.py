@@ -178,6 +178,16 @@ class TestOptions:
         with pytest.raises(da.ConfigurationError, match="timeout"):
             client.with_options(timeout=-1)
 
+    def test_a_view_without_options_is_still_a_view_its_close_does_nothing(
+        self, client: da.DispatchClient
+    ) -> None:
+        # with_options(timeout=None) means "keep the client's": as from a config with no overrides.
+        view = client.with_options(timeout=None, retry=None)
+        with view:
+            assert view.send_basic(numbers(1), text="x").ok
+        assert "view" in repr(view)
+        assert client.send_basic(numbers(1, 1), text="x").ok
+
 
 class TestLifecycle:
     def test_the_loop_starts_on_first_use_and_stops_on_close(
