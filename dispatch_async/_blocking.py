@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -114,6 +115,10 @@ class _Loop:
             raise
         try:
             return future.result()
+        except concurrent.futures.CancelledError:
+            if self._closed:  # another thread closed the client: its loop cancelled the call
+                raise SessionClosedError("this DispatchClient was closed during the call") from None
+            raise
         except BaseException:
             future.cancel()
             raise

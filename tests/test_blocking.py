@@ -203,6 +203,26 @@ class TestLifecycle:
         with pytest.raises(da.SessionClosedError):
             client.send_basic(numbers(1), text="x")
 
+    def test_a_call_waiting_to_retry_when_another_thread_closes_says_the_client_closed(
+        self, simulator: ThreadedSimulator
+    ) -> None:
+        waiting = threading.Event()
+
+        def hook(event: object) -> None:
+            if isinstance(event, da.instrumentation.RetryScheduled):
+                waiting.set()  # backoff's sleep starts right after, on the same loop turn
+
+        client = da.DispatchClient(
+            simulator.url, client_secret=SECRET, account="acme", hooks=[hook]
+        )
+        simulator.script(Fault.status(503, retry_after="30"))
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(client.send_basic, numbers(1), text="x")
+            assert waiting.wait(10)
+            client.close()
+            with pytest.raises(da.SessionClosedError):
+                call.result(10)
+
     def test_bad_arguments_fail_at_construction_without_a_thread(self) -> None:
         with pytest.raises(da.ConfigurationError, match="timeout"):
             da.DispatchClient("http://127.0.0.1:1", client_secret=SECRET, timeout=0)
