@@ -214,14 +214,15 @@ def _iterating(
 def _iterate(
     loop: _Loop, pid: int, parts: AsyncGenerator[DispatchResult, None]
 ) -> Generator[DispatchResult, None, None]:
+    reading: list[asyncio.Task[Any]] = []  # the last read's task on the loop
     try:
-        while (part := loop.run(_next(parts), pid)) is not None:
+        while (part := loop.run(_next(parts, reading), pid)) is not None:
             yield part
     finally:
         # In another process, after the client closed, or from the loop's own thread (as
         # the garbage collector may): asyncio closes an abandoned generator itself.
         with contextlib.suppress(EventLoopError, SessionClosedError):
-            loop.run(_closed(parts), pid)
+            loop.run(_closed(parts, reading), pid)
 
 
 # run_coroutine_threadsafe takes coroutines only: these wrap what the streams need.
@@ -229,11 +230,20 @@ async def _made(make: Callable[[], T]) -> T:
     return make()  # a stream is made on the loop: it opens the session there
 
 
-async def _next(parts: AsyncGenerator[DispatchResult, None]) -> DispatchResult | None:
+async def _next(
+    parts: AsyncGenerator[DispatchResult, None], reading: list[asyncio.Task[Any]]
+) -> DispatchResult | None:
+    reading[:] = filter(None, [asyncio.current_task()])
     return await anext(parts, None)
 
 
-async def _closed(parts: AsyncGenerator[DispatchResult, None]) -> None:
+async def _closed(
+    parts: AsyncGenerator[DispatchResult, None], reading: list[asyncio.Task[Any]]
+) -> None:
+    # A read that Ctrl-C interrupted is still being cancelled: until it has unwound, the
+    # generator is running and cannot be closed.
+    if reading:
+        await asyncio.wait(reading)
     await parts.aclose()
 
 

@@ -42,6 +42,17 @@ def loop_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "dispatch-async"]
 
 
+def interrupt_once_in_flight(simulator: ThreadedSimulator) -> None:
+    """Send the main thread a real SIGINT, as Ctrl-C does, once a request is in flight.
+
+    It interrupts the blocking wait itself.
+    """
+    simulator.portal.call(
+        lambda: simulator.server.wait_until(lambda: bool(simulator.server.in_flight))
+    )
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+
 class TestCalls:
     def test_send_returns_the_sessions_result(
         self, client: da.DispatchClient, simulator: ThreadedSimulator
@@ -91,15 +102,7 @@ class TestInterruptions:
     ) -> None:
         assert client.send_basic(numbers(1), text="x").ok
         simulator.script(Fault.hang())
-
-        def interrupt_once_in_flight() -> None:
-            simulator.portal.call(
-                lambda: simulator.server.wait_until(lambda: bool(simulator.server.in_flight))
-            )
-            # A real SIGINT, as Ctrl-C sends: it interrupts the wait itself.
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-
-        helper = threading.Thread(target=interrupt_once_in_flight)
+        helper = threading.Thread(target=interrupt_once_in_flight, args=(simulator,))
         helper.start()
         with pytest.raises(KeyboardInterrupt):
             client.send_basic(numbers(1, 1), text="hangs")
@@ -109,6 +112,23 @@ class TestInterruptions:
             lambda: simulator.server.wait_until(lambda: not (simulator.server.in_flight))
         )
         assert client.send_basic(numbers(1, 2), text="x").ok
+
+    def test_ctrl_c_during_a_streams_read_raises_keyboard_interrupt_and_closes_the_stream(
+        self, client: da.DispatchClient, simulator: ThreadedSimulator
+    ) -> None:
+        simulator.script(Fault.hang())
+        stream = client.stream_basic(numbers(30), text="x", chunk_size=10, max_concurrency=1)
+        helper = threading.Thread(target=interrupt_once_in_flight, args=(simulator,))
+        helper.start()
+        with pytest.raises(KeyboardInterrupt):
+            next(stream)
+        helper.join()
+        simulator.portal.call(
+            lambda: simulator.server.wait_until(lambda: not (simulator.server.in_flight))
+        )
+        assert list(stream) == []  # closed, nothing more read or sent
+        assert simulator.server.stats.dispatch_calls == 1
+        assert client.send_basic(numbers(1, 40), text="x").ok
 
     def test_a_callback_on_the_clients_loop_cannot_wait_for_it(
         self, client: da.DispatchClient
