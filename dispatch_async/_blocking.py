@@ -79,6 +79,7 @@ class _Loop:
         self._thread: int | None = None
         self._stack = ExitStack()
         self._closed = False
+        self.streams: weakref.WeakSet[AsyncGenerator[DispatchResult, None]] = weakref.WeakSet()
         _LOOPS.add(self)
 
     def open(self) -> DispatchSession:
@@ -134,10 +135,20 @@ class _Loop:
             self._closed = True
             if self._loop is not None:
                 try:
-                    self.run(self.session.close())
+                    self.run(self._closing())
                 finally:
                     self._loop = self._thread = None
                     self._stack.close()  # stops the loop and joins its thread
+
+    async def _closing(self) -> None:
+        # Streams left half-read are closed here, each from its outermost generator: the
+        # loop's own shutdown would close every nested generator at once, and report each
+        # inner one "already running". A read under way in another thread ends as the
+        # session closes (or is cancelled with the loop).
+        for parts in list(self.streams):
+            if getattr(parts, "ag_await", None) is None:  # not mid-read
+                await parts.aclose()
+        await self.session.close()
 
     def after_fork_in_child(self) -> None:
         # Another thread may have held the lock when the parent forked: in the child it
@@ -152,6 +163,7 @@ class _Loop:
         self._pid = os.getpid()
         self._loop = self._thread = None
         self._stack = ExitStack()
+        self.streams = weakref.WeakSet()  # the parent's run on its loop, never on ours
         self.session = self._make_session()
 
     def __del__(self) -> None:
@@ -206,6 +218,7 @@ def _iterating(
     ) -> Generator[DispatchResult, None, None]:
         session = self._session()
         parts = self._loop.run(_made(partial(method, session, *args, **kwargs)))
+        self._loop.streams.add(parts)
         return _iterate(self._loop, os.getpid(), parts)
 
     return update_wrapper(stream, method)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import signal
 import subprocess
@@ -242,6 +243,19 @@ class TestLifecycle:
             client.close()
             with pytest.raises(da.SessionClosedError):
                 call.result(10)
+
+    def test_closing_with_a_stream_half_read_closes_it_quietly(
+        self, simulator: ThreadedSimulator, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        client = da.DispatchClient(simulator.url, client_secret=SECRET, account="acme")
+        stream = client.stream_basic(numbers(30), text="x", chunk_size=10)
+        next(stream)
+        with caplog.at_level(logging.WARNING, logger="asyncio"):
+            client.close()
+        # The loop's own shutdown closed each nested generator at once ("already running").
+        assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+        with pytest.raises(da.SessionClosedError):
+            next(stream)
 
     def test_bad_arguments_fail_at_construction_without_a_thread(self) -> None:
         with pytest.raises(da.ConfigurationError, match="timeout"):
