@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -78,6 +79,7 @@ class _Loop:
         self._thread: int | None = None
         self._stack = ExitStack()
         self._closed = False
+        self.streams: weakref.WeakSet[AsyncGenerator[DispatchResult, None]] = weakref.WeakSet()
         _LOOPS.add(self)
 
     def open(self) -> DispatchSession:
@@ -114,6 +116,10 @@ class _Loop:
             raise
         try:
             return future.result()
+        except concurrent.futures.CancelledError:
+            if self._closed:  # another thread closed the client: its loop cancelled the call
+                raise SessionClosedError("this DispatchClient was closed during the call") from None
+            raise
         except BaseException:
             future.cancel()
             raise
@@ -129,10 +135,20 @@ class _Loop:
             self._closed = True
             if self._loop is not None:
                 try:
-                    self.run(self.session.close())
+                    self.run(self._closing())
                 finally:
                     self._loop = self._thread = None
                     self._stack.close()  # stops the loop and joins its thread
+
+    async def _closing(self) -> None:
+        # Streams left half-read are closed here, each from its outermost generator: the
+        # loop's own shutdown would close every nested generator at once, and report each
+        # inner one "already running". A read under way in another thread ends as the
+        # session closes (or is cancelled with the loop).
+        for parts in list(self.streams):
+            if getattr(parts, "ag_await", None) is None:  # not mid-read
+                await parts.aclose()
+        await self.session.close()
 
     def after_fork_in_child(self) -> None:
         # Another thread may have held the lock when the parent forked: in the child it
@@ -147,6 +163,7 @@ class _Loop:
         self._pid = os.getpid()
         self._loop = self._thread = None
         self._stack = ExitStack()
+        self.streams = weakref.WeakSet()  # the parent's run on its loop, never on ours
         self.session = self._make_session()
 
     def __del__(self) -> None:
@@ -201,6 +218,7 @@ def _iterating(
     ) -> Generator[DispatchResult, None, None]:
         session = self._session()
         parts = self._loop.run(_made(partial(method, session, *args, **kwargs)))
+        self._loop.streams.add(parts)
         return _iterate(self._loop, os.getpid(), parts)
 
     return update_wrapper(stream, method)
@@ -209,14 +227,15 @@ def _iterating(
 def _iterate(
     loop: _Loop, pid: int, parts: AsyncGenerator[DispatchResult, None]
 ) -> Generator[DispatchResult, None, None]:
+    reading: list[asyncio.Task[Any]] = []  # the last read's task on the loop
     try:
-        while (part := loop.run(_next(parts), pid)) is not None:
+        while (part := loop.run(_next(parts, reading), pid)) is not None:
             yield part
     finally:
         # In another process, after the client closed, or from the loop's own thread (as
         # the garbage collector may): asyncio closes an abandoned generator itself.
         with contextlib.suppress(EventLoopError, SessionClosedError):
-            loop.run(_closed(parts), pid)
+            loop.run(_closed(parts, reading), pid)
 
 
 # run_coroutine_threadsafe takes coroutines only: these wrap what the streams need.
@@ -224,11 +243,20 @@ async def _made(make: Callable[[], T]) -> T:
     return make()  # a stream is made on the loop: it opens the session there
 
 
-async def _next(parts: AsyncGenerator[DispatchResult, None]) -> DispatchResult | None:
+async def _next(
+    parts: AsyncGenerator[DispatchResult, None], reading: list[asyncio.Task[Any]]
+) -> DispatchResult | None:
+    reading[:] = filter(None, [asyncio.current_task()])
     return await anext(parts, None)
 
 
-async def _closed(parts: AsyncGenerator[DispatchResult, None]) -> None:
+async def _closed(
+    parts: AsyncGenerator[DispatchResult, None], reading: list[asyncio.Task[Any]]
+) -> None:
+    # A read that Ctrl-C interrupted is still being cancelled: until it has unwound, the
+    # generator is running and cannot be closed.
+    if reading:
+        await asyncio.wait(reading)
     await parts.aclose()
 
 
@@ -279,6 +307,7 @@ class DispatchClient:
         self._loop = _Loop(make_session)
         self._options: dict[str, Any] = {}
         self._view: tuple[DispatchSession, DispatchSession] | None = None
+        self._owns = True  # False in a view (even one without options): the client owns it all
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> DispatchClient:
@@ -307,11 +336,12 @@ class DispatchClient:
         self._loop.session.with_options(**options)  # a bad option fails here
         view = object.__new__(DispatchClient)
         view._loop, view._options, view._view = self._loop, options, None
+        view._owns = False
         return view
 
     def __repr__(self) -> str:
         session = self._loop.session
-        view = " view" if self._options else ""
+        view = "" if self._owns else " view"
         return (
             f"<DispatchClient{view} base_url={str(session.base_url)!r} account={session.account!r}>"
         )
@@ -329,7 +359,7 @@ class DispatchClient:
 
     def close(self) -> None:
         """Close the session and stop its loop. Safe to call twice; a no-op on a view."""
-        if not self._options:
+        if self._owns:
             self._loop.close()
 
     def __enter__(self) -> DispatchClient:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import signal
 import subprocess
@@ -40,6 +41,17 @@ def client(simulator: ThreadedSimulator) -> Iterator[da.DispatchClient]:
 
 def loop_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "dispatch-async"]
+
+
+def interrupt_once_in_flight(simulator: ThreadedSimulator) -> None:
+    """Send the main thread a real SIGINT, as Ctrl-C does, once a request is in flight.
+
+    It interrupts the blocking wait itself.
+    """
+    simulator.portal.call(
+        lambda: simulator.server.wait_until(lambda: bool(simulator.server.in_flight))
+    )
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
 
 class TestCalls:
@@ -91,15 +103,7 @@ class TestInterruptions:
     ) -> None:
         assert client.send_basic(numbers(1), text="x").ok
         simulator.script(Fault.hang())
-
-        def interrupt_once_in_flight() -> None:
-            simulator.portal.call(
-                lambda: simulator.server.wait_until(lambda: bool(simulator.server.in_flight))
-            )
-            # A real SIGINT, as Ctrl-C sends: it interrupts the wait itself.
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-
-        helper = threading.Thread(target=interrupt_once_in_flight)
+        helper = threading.Thread(target=interrupt_once_in_flight, args=(simulator,))
         helper.start()
         with pytest.raises(KeyboardInterrupt):
             client.send_basic(numbers(1, 1), text="hangs")
@@ -109,6 +113,23 @@ class TestInterruptions:
             lambda: simulator.server.wait_until(lambda: not (simulator.server.in_flight))
         )
         assert client.send_basic(numbers(1, 2), text="x").ok
+
+    def test_ctrl_c_during_a_streams_read_raises_keyboard_interrupt_and_closes_the_stream(
+        self, client: da.DispatchClient, simulator: ThreadedSimulator
+    ) -> None:
+        simulator.script(Fault.hang())
+        stream = client.stream_basic(numbers(30), text="x", chunk_size=10, max_concurrency=1)
+        helper = threading.Thread(target=interrupt_once_in_flight, args=(simulator,))
+        helper.start()
+        with pytest.raises(KeyboardInterrupt):
+            next(stream)
+        helper.join()
+        simulator.portal.call(
+            lambda: simulator.server.wait_until(lambda: not (simulator.server.in_flight))
+        )
+        assert list(stream) == []  # closed, nothing more read or sent
+        assert simulator.server.stats.dispatch_calls == 1
+        assert client.send_basic(numbers(1, 40), text="x").ok
 
     def test_a_callback_on_the_clients_loop_cannot_wait_for_it(
         self, client: da.DispatchClient
@@ -178,6 +199,16 @@ class TestOptions:
         with pytest.raises(da.ConfigurationError, match="timeout"):
             client.with_options(timeout=-1)
 
+    def test_a_view_without_options_is_still_a_view_its_close_does_nothing(
+        self, client: da.DispatchClient
+    ) -> None:
+        # with_options(timeout=None) means "keep the client's": as from a config with no overrides.
+        view = client.with_options(timeout=None, retry=None)
+        with view:
+            assert view.send_basic(numbers(1), text="x").ok
+        assert "view" in repr(view)
+        assert client.send_basic(numbers(1, 1), text="x").ok
+
 
 class TestLifecycle:
     def test_the_loop_starts_on_first_use_and_stops_on_close(
@@ -192,6 +223,39 @@ class TestLifecycle:
         assert loop_threads() == []
         with pytest.raises(da.SessionClosedError):
             client.send_basic(numbers(1), text="x")
+
+    def test_a_call_waiting_to_retry_when_another_thread_closes_says_the_client_closed(
+        self, simulator: ThreadedSimulator
+    ) -> None:
+        waiting = threading.Event()
+
+        def hook(event: object) -> None:
+            if isinstance(event, da.instrumentation.RetryScheduled):
+                waiting.set()  # backoff's sleep starts right after, on the same loop turn
+
+        client = da.DispatchClient(
+            simulator.url, client_secret=SECRET, account="acme", hooks=[hook]
+        )
+        simulator.script(Fault.status(503, retry_after="30"))
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(client.send_basic, numbers(1), text="x")
+            assert waiting.wait(10)
+            client.close()
+            with pytest.raises(da.SessionClosedError):
+                call.result(10)
+
+    def test_closing_with_a_stream_half_read_closes_it_quietly(
+        self, simulator: ThreadedSimulator, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        client = da.DispatchClient(simulator.url, client_secret=SECRET, account="acme")
+        stream = client.stream_basic(numbers(30), text="x", chunk_size=10)
+        next(stream)
+        with caplog.at_level(logging.WARNING, logger="asyncio"):
+            client.close()
+        # The loop's own shutdown closed each nested generator at once ("already running").
+        assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+        with pytest.raises(da.SessionClosedError):
+            next(stream)
 
     def test_bad_arguments_fail_at_construction_without_a_thread(self) -> None:
         with pytest.raises(da.ConfigurationError, match="timeout"):
