@@ -23,10 +23,11 @@ from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Iter
 from contextlib import AbstractContextManager, ExitStack
 from functools import partial, update_wrapper
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import aiohttp
 
+from ._auth import Secret
 from ._exceptions import ConfigurationError, EventLoopError, SessionClosedError
 from ._models import DispatchResult
 from ._retry import RetryPolicy
@@ -283,27 +284,34 @@ class DispatchClient:
         account: str | None = None,
         timeout: float | aiohttp.ClientTimeout = 30.0,
         retry: RetryPolicy | None = None,
-        requests_per_second: float | None = None,
+        requests_per_second: float | Literal["auto"] | None = None,
+        max_requests_per_second: float | None = None,
         user_agent: str | None = None,
         token_store: TokenStore | None = None,
         rate_limiter: Limiter | None = None,
         hooks: Iterable[Hook] | None = None,
         **batch: Unpack[BatchOptions],
     ) -> None:
-        make_session = partial(
+        # The secret is kept masked: a traceback that shows locals reprs what the client holds.
+        secret = Secret(client_secret)  # the session checks it, at once, below
+        options = partial(
             DispatchSession,
             base_url,
-            client_secret=client_secret,
             account=account,
             timeout=timeout,
             retry=retry,
             requests_per_second=requests_per_second,
+            max_requests_per_second=max_requests_per_second,
             user_agent=user_agent,
             token_store=token_store,
             rate_limiter=rate_limiter,
             hooks=None if hooks is None else tuple(hooks),  # made again after a fork
             **batch,
         )
+
+        def make_session() -> DispatchSession:
+            return options(client_secret=secret.reveal())
+
         self._loop = _Loop(make_session)
         self._options: dict[str, Any] = {}
         self._view: tuple[DispatchSession, DispatchSession] | None = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import logging
 import os
@@ -274,6 +276,36 @@ class TestLifecycle:
             assert client.send_basic(numbers(1), text="x").ok
             assert "acme" in repr(client)
             assert SECRET not in repr(client)
+
+    def test_takes_every_argument_of_the_session_but_http_session(self) -> None:
+        session = dict(inspect.signature(da.DispatchSession.__init__).parameters)
+        del session["http_session"]
+        client = dict(inspect.signature(da.DispatchClient.__init__).parameters)
+        assert client.keys() == session.keys()
+        for name, parameter in session.items():
+            assert client[name].default == parameter.default, name
+            assert client[name].annotation == parameter.annotation, name
+
+    def test_the_secret_is_in_no_repr_of_anything_the_client_holds(
+        self, client: da.DispatchClient
+    ) -> None:
+        # A traceback printer that shows locals (Sentry, rich) reprs what the client holds.
+        assert client.send_basic(numbers(1), text="x").ok
+        seen: set[int] = set()
+        pending: list[object] = [client]
+        while pending:
+            item = pending.pop()
+            if id(item) in seen or isinstance(item, type):
+                continue
+            seen.add(id(item))
+            assert SECRET not in repr(item), type(item)
+            if isinstance(item, dict):
+                pending += list(item.values())
+            elif isinstance(item, list | tuple | set | frozenset):
+                pending += list(item)
+            pending += list(getattr(item, "__dict__", {}).values())
+            if isinstance(item, functools.partial):
+                pending += [*item.args, *item.keywords.values()]
 
     def test_without_anyio_the_error_says_what_to_install(
         self, monkeypatch: pytest.MonkeyPatch
