@@ -23,6 +23,7 @@ from typing import Any
 
 from ._adaptive import Aimd, RateState
 from ._redis import redis_errors
+from ._redis_schedule import Schedule
 from ._throttle import Pace, Slot
 
 __all__ = ["SharedRate"]
@@ -33,22 +34,6 @@ REFRESH = 0.25
 KEEP = 24 * 3600
 #: Tries at a compare-and-set before giving the decision up (others are deciding).
 TRIES = 3
-
-#: The fleet's schedule: the next free send time, moved on by *gap* for each request; with
-#: ARGV[3] = "1", by 1/rate at the learned rate in KEYS[2] (its first field), so that no
-#: process sends at a rate the fleet has just cut. Returns the wait and the learned state.
-_RESERVE = """
-local now = tonumber(ARGV[1])
-local gap = tonumber(ARGV[2])
-local state = redis.call('GET', KEYS[2])
-if ARGV[3] == '1' and state then
-  local rate = tonumber(string.match(state, '^%S+'))
-  if rate and rate > 0 then gap = 1 / rate end
-end
-local at = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0') or now)
-redis.call('SET', KEYS[1], tostring(at + gap), 'PX', math.ceil((at + gap - now) * 1000) + 1000)
-return {tostring(at - now), state}
-"""
 
 _SWAP = """
 local current = redis.call('GET', KEYS[1])
@@ -80,7 +65,7 @@ class SharedRate:
         self._on_error = on_error
         self._errors = redis_errors()
         self._script: Any = None
-        self._reserve: Any = None
+        self._schedule = Schedule(client, f"{key}:next", key)
         self._turn: asyncio.Lock | None = None
         self.state: RateState | None = None
         self._sent_under = aimd.start(0.0)
@@ -106,23 +91,19 @@ class SharedRate:
     async def reserve(self, rate: float) -> float:
         """Reserve the fleet's next free send time at the learned rate (*rate* if Redis has
         none): seconds until it comes."""
-        return await self._schedule(time.time(), 1 / rate, learned=True)
+        return await self._reserve(time.time(), 1 / rate, learned=True)
 
     async def hold(self, seconds: float) -> None:
         """Hold the fleet's schedule for *seconds* from now (a 429's Retry-After)."""
         try:
-            await self._schedule(time.time() + seconds, 0.0, learned=False)
+            await self._reserve(time.time() + seconds, 0.0, learned=False)
         except self._errors as exc:
             self._on_error(exc)
 
-    async def _schedule(self, earliest: float, gap: float, learned: bool) -> float:
+    async def _reserve(self, earliest: float, gap: float, learned: bool) -> float:
         """Take the schedule's next free time, not before *earliest*, and move it on:
         seconds from *earliest* until the time taken. Keeps the state it was taken at."""
-        if self._reserve is None:
-            self._reserve = self._client().register_script(_RESERVE)
-        wait, raw = await self._reserve(
-            keys=[f"{self._key}:next", self._key], args=[earliest, gap, "1" if learned else "0"]
-        )
+        wait, raw = await self._schedule.reserve(earliest, gap, learned)
         state = None if raw is None else RateState.decode(raw.decode("utf-8", "replace"))
         if state is not None:
             self._keep(state)
@@ -190,7 +171,8 @@ class SharedRate:
 
     def forget_client(self) -> None:
         """The client was closed: register the script on the next one."""
-        self._script = self._reserve = None
+        self._script = None
+        self._schedule.forget_client()
 
     def _keep(self, state: RateState) -> None:
         held = self.state

@@ -1,17 +1,13 @@
 """``RedisRateLimiter``: ``requests_per_second`` for a whole fleet of processes, in Redis.
 
-The counting is the `limits` library's moving window on its async Redis storage (one
-Redis list of request timestamps per limit, updated by its Lua script): in no window of
-the limit's length does the fleet start more requests than allowed. A moving window
-lets the whole second's allowance go at once; so that the service does not see those
-bursts (its clock is not ours: a burst straddling its window edge looks like a breach),
-each process also paces itself locally to the fleet rate. Only the rate is
-shared; a 429's Retry-After pause stays with the process that was told (see `Throttle`).
-
-With ``requests_per_second="auto"`` the fleet learns the rate from the service's answers
-(`_redis_adaptive`), and instead of the window each request reserves the fleet's next free
-send time at that rate (first come, first served: a window at the rate a process also
-paces itself to lets the first process to catch a free slot keep every later one).
+The fleet's requests keep to one schedule in Redis (`_redis_schedule`): each reserves the
+next free send time, 1/rate after the one before, first come, first served. So no second
+starts more than the rate, the service sees no bursts, and no process starves another.
+(A moving window, each process also pacing itself to the fleet's rate, let the first
+process to catch a free slot keep every later one.) With ``requests_per_second="auto"``
+the fleet learns the rate from the service's answers (`_redis_adaptive`) and the
+schedule keeps to the rate learned. With a fixed rate only the rate is shared: a 429's
+Retry-After pause stays with the process that was told (see `Throttle`).
 """
 
 from __future__ import annotations
@@ -19,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import time
 from collections.abc import Awaitable, Callable
-from fractions import Fraction
 from typing import Any, Literal
 
 from ._adaptive import Aimd
@@ -36,6 +30,7 @@ from ._redis import (
     require_redis,
 )
 from ._redis_adaptive import SharedRate
+from ._redis_schedule import Schedule
 from ._throttle import steady_limiter
 
 __all__ = ["RedisRateLimiter"]
@@ -85,12 +80,6 @@ class RedisRateLimiter:
         local_requests_per_second: float | None = None,
     ) -> None:
         require_redis("RedisRateLimiter")
-        try:
-            import limits  # noqa: F401
-        except ImportError:
-            raise ConfigurationError(
-                'RedisRateLimiter needs the redis extra: pip install "dispatch-async[redis]"'
-            ) from None
         self.url = check_url(redis_url)
         self.key_prefix = check_prefix(key_prefix)
         if on_redis_error not in ("closed", "open"):
@@ -125,12 +114,12 @@ class RedisRateLimiter:
         if not local > 0:
             raise ConfigurationError("local_requests_per_second must be a positive number")
         self.local_requests_per_second = float(local)
+        self._schedule = Schedule(self._client, f"{self.key_prefix}rate:next")
+        self._turn: asyncio.Lock | None = None
         self._pid = os.getpid()
-        self._storage: Any = None
         self._pool: Any = None
         self._redis: Any = None
         self._local: Any = None
-        self._pace: Any = None
         self._failing = False
 
     @property
@@ -147,30 +136,16 @@ class RedisRateLimiter:
             f"requests_per_second={rate} on_redis_error={self.on_redis_error!r}>"
         )
 
-    def _get(self) -> Any:
-        if self._storage is None:
+    def _client(self) -> Any:
+        """A redis-py client, connected on first use."""
+        if self._redis is None:
             import redis.asyncio
-            from limits.aio.storage import RedisStorage
 
             from ._redis import CONNECT_TIMEOUT, SOCKET_TIMEOUT
 
             self._pool = redis.asyncio.ConnectionPool.from_url(
                 self.url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=SOCKET_TIMEOUT
             )
-            self._storage = RedisStorage(
-                f"async+{self.url}",
-                implementation="redispy",
-                key_prefix=f"{self.key_prefix}rate",
-                connection_pool=self._pool,
-            )
-        return self._storage
-
-    def _client(self) -> Any:
-        """A redis-py client on the limiter's connections (for the learned rate)."""
-        if self._redis is None:
-            import redis.asyncio
-
-            self._get()
             self._redis = redis.asyncio.Redis(connection_pool=self._pool)
         return self._redis
 
@@ -181,54 +156,31 @@ class RedisRateLimiter:
             await self.learner.take()
             return
         assert self._fixed is not None
-        if self._pace is None:
-            self._pace = steady_limiter(self._fixed)
-        await self._pace.acquire()
-        # N requests per M seconds, whole numbers both: the form `limits` counts in.
-        rate = Fraction(self._fixed).limit_denominator(1000)
-        await self._window(rate.numerator, rate.denominator)
-
-    async def _window(self, amount: int, seconds: int) -> None:
-        """Return when the fleet sent fewer than *amount* requests in the last *seconds*
-        (and count this one)."""
-        from limits import RateLimitItemPerSecond
-
-        key = RateLimitItemPerSecond(amount, seconds).key_for("requests")
-        failures = 0
-        while True:
-            try:
-                storage = self._get()
-                if await storage.acquire_entry(key, amount, seconds):
-                    self._recovered()
-                    return
-                # When the oldest request in the window leaves it.
-                start, _ = await storage.get_moving_window(key, amount, seconds)
-                delay = start + seconds - time.time()
-                failures = 0
-            except redis_errors() as exc:
-                failures += 1
-                if await self._outage(exc, failures, self._local_limiter().acquire):
-                    return
-                continue
-            # A little jitter, so waiting processes do not all retry at the same instant.
-            slot = seconds / amount
-            await asyncio.sleep(max(delay, 0.0) + random.uniform(0, slot / 4))  # noqa: S311
+        # One reservation at a time per process, as with "auto": a process with many
+        # requests waiting books one slot ahead, not one for each of them.
+        if self._turn is None:
+            self._turn = asyncio.Lock()
+        async with self._turn:
+            await self._scheduled(self._fixed)
 
     async def _scheduled(self, rate: float) -> bool:
         """Wait for this request's turn in the fleet's schedule at *rate*; True if it waited.
 
         First come, first served: each request reserves the next free send time, so no
         process starves another, whatever their speeds. Failing open, each process keeps
-        to the last rate it learned.
+        to its local rate (with "auto", the last rate it learned).
         """
-        assert self.learner is not None
+        learner = self.learner
         failures = 0
         while True:
             try:
-                wait = await self.learner.reserve(rate)
+                if learner is not None:
+                    wait = await learner.reserve(rate)
+                else:
+                    wait, _ = await self._schedule.reserve(time.time(), 1 / rate)
             except redis_errors() as exc:
                 failures += 1
-                if await self._outage(exc, failures, self.learner.pace.wait):
+                if await self._outage(exc, failures, self._local_wait):
                     return True
                 continue
             self._recovered()
@@ -237,7 +189,7 @@ class RedisRateLimiter:
             return wait > 0
 
     async def _outage(
-        self, exc: BaseException, failures: int, local: Callable[[], Awaitable[object]]
+        self, exc: BaseException, failures: int, local: Callable[[], Awaitable[None]]
     ) -> bool:
         """Redis failed *failures* times in a row: True once *local* let a request go
         (failing open), False after a wait before trying Redis again (failing closed)."""
@@ -264,27 +216,35 @@ class RedisRateLimiter:
             self._failing = False
             log.warning("the shared rate limit in Redis is reachable again")
 
-    def _local_limiter(self) -> Any:
+    async def _local_wait(self) -> None:
+        """Return when this process's own rate lets a request go (failing open)."""
+        if self.learner is not None:
+            await self.learner.pace.wait()
+            return
         if self._local is None:
             self._local = steady_limiter(self.local_requests_per_second)
-        return self._local
+        await self._local.acquire()
 
     def _start_afresh_after_fork(self) -> None:
         # A forked child neither uses nor closes its parent's connections and pacing.
         if self._pid != os.getpid():
             from ._fork import left_by_parent
 
-            left_by_parent(self._pool, self._storage, self._redis, self._pace, self._local)
-            self._pool = self._storage = self._redis = self._pace = self._local = None
-            if self.learner is not None:
-                self.learner.forget_client()
+            left_by_parent(self._pool, self._redis, self._local)
+            self._pool = self._redis = self._local = self._turn = None
+            self._forget_client()
             self._pid = os.getpid()
 
     async def aclose(self) -> None:
         """Close the connections to Redis; the limiter may be used again afterwards."""
         self._start_afresh_after_fork()
-        pool, self._pool, self._storage, self._redis = self._pool, None, None, None
-        if self.learner is not None:
-            self.learner.forget_client()
+        pool, self._pool, self._redis = self._pool, None, None
+        self._forget_client()
         if pool is not None:
             await pool.aclose()
+
+    def _forget_client(self) -> None:
+        """The client is gone: its scripts are registered again on the next."""
+        self._schedule.forget_client()
+        if self.learner is not None:
+            self.learner.forget_client()

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import redis.asyncio
@@ -178,10 +178,13 @@ class TestCoordination:
         assert wait > 20  # generous: the other's next send is ~30 s away
 
 
-async def test_processes_share_the_learned_rate_fairly(redis_server: str, prefix: str) -> None:
+@pytest.mark.parametrize("rate", ["auto", 10], ids=["learned", "fixed"])
+async def test_processes_share_the_rate_fairly(
+    redis_server: str, prefix: str, rate: float | Literal["auto"]
+) -> None:
     """Each request reserves the fleet's next send time: a fast process starves no other."""
     limiters = [
-        da.RedisRateLimiter(redis_server, requests_per_second="auto", key_prefix=prefix)
+        da.RedisRateLimiter(redis_server, requests_per_second=rate, key_prefix=prefix)
         for _ in range(3)
     ]
     done = [0, 0, 0]
@@ -202,8 +205,9 @@ async def test_processes_share_the_learned_rate_fairly(redis_server: str, prefix
     finally:
         for limiter in limiters:
             await limiter.aclose()
-    # At 10 requests/s for the fleet: when one process has had its 12, the others have had
-    # nearly as many (with a window every process raced for, one got ahead by half).
+    # At 10 requests/s for the fleet (the learned rate's start, or the fixed one): when one
+    # process has had its 12, the others have had nearly as many (with a window every
+    # process raced for, one got ahead by half).
     assert min(first_finished) >= 9
 
 
