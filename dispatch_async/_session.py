@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import enum
 import functools
 import platform
 import warnings
@@ -24,10 +22,9 @@ from ._exceptions import (
     CallbackError,
     ConfigurationError,
     DispatchError,
-    EventLoopError,
-    SessionClosedError,
     status_error,
 )
+from ._lifecycle import Lifecycle, State
 from ._matching import result_from_answer, result_from_error
 from ._models import DispatchResult, Fallback
 from ._recipients import Chunk, Recipients
@@ -51,25 +48,6 @@ USER_AGENT = (
     f"dispatch-async/{__version__} aiohttp/{aiohttp.__version__} python/{platform.python_version()}"
 )
 _NOTHING_SENT: dict[str, list[Any]] = {"validMessages": [], "invalidMessages": []}
-_OTHER_LOOP = (
-    "this DispatchSession was opened on another event loop (each asyncio.run() starts a new "
-    "one, and so does every thread): open one session per event loop, inside it, e.g. "
-    "`async with DispatchSession(...)` in the coroutine that asyncio.run() runs; from "
-    "synchronous code or threads, use one DispatchClient instead"
-)
-
-
-class _State(enum.Enum):
-    UNOPENED = "unopened"
-    OPEN = "open"
-    CLOSED = "closed"
-
-
-class _Lifecycle:
-    """Whether a session is open, and on which loop: shared by the session and its views."""
-
-    state = _State.UNOPENED
-    loop: asyncio.AbstractEventLoop | None = None
 
 
 class DispatchSession:
@@ -135,7 +113,7 @@ class DispatchSession:
         self._tokens = TokenKeeper(
             watch.fetching(endpoint.fetch), store=token_store, on_token=watch.kept
         )
-        self._life = _Lifecycle()
+        self._life = Lifecycle()
         self._owns = True  # False in a view: the session it was made from owns it all
 
     @classmethod
@@ -196,31 +174,18 @@ class DispatchSession:
 
     def _open(self) -> None:
         """Open on first use, on the running loop; refuse any other loop after that."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            raise EventLoopError(
-                "a DispatchSession is used from a coroutine (no event loop is running)"
-            ) from None
-        life = self._life
-        if life.state is _State.OPEN:
-            if loop is not life.loop:
-                raise EventLoopError(_OTHER_LOOP)
-            return
-        if life.state is _State.CLOSED:
-            raise SessionClosedError("this session is closed; create a new one")
-        self._transport.open()
-        self._tokens.start()
-        life.loop = loop
-        life.state = _State.OPEN
+        if not self._life.open_here():
+            self._transport.open()
+            self._tokens.start()
+            self._life.opened()
 
     async def close(self) -> None:
         """Stop the token refresh and close the HTTP pool. Safe to call twice; a no-op on a view."""
-        if not self._owns or self._life.state is _State.CLOSED:
+        if not self._owns or self._life.state is State.CLOSED:
             return
-        if self._life.state is _State.OPEN:
+        if self._life.state is State.OPEN:
             self._open()  # on another loop, its tasks and sockets cannot be closed here
-        self._life.state = _State.CLOSED
+        self._life.state = State.CLOSED
         await self._tokens.close()
         await self._transport.close()
         for shared in self._shared:
@@ -228,7 +193,7 @@ class DispatchSession:
                 await shared.aclose()
 
     def __del__(self) -> None:
-        if getattr(self, "_owns", False) and self._life.state is _State.OPEN:
+        if getattr(self, "_owns", False) and self._life.state is State.OPEN:
             warnings.warn(
                 f"unclosed {self!r}: use 'async with' or await close()",
                 ResourceWarning,
