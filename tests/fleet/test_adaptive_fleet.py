@@ -94,6 +94,15 @@ async def test_a_worker_that_starts_later_adopts_the_fleets_rate(
     assert first["requests_per_second"] == pytest.approx(before.rate)
 
 
+async def answer_all_at_once(limiters: list[Any], slot: Slot, status: int) -> None:
+    """Every limiter hears *status* for *slot* at the same moment; then all are closed."""
+    try:
+        await asyncio.gather(*(lim.learner.answered(slot, status) for lim in limiters))
+    finally:
+        for lim in limiters:
+            await lim.aclose()
+
+
 class TestCoordination:
     """Many processes deciding at once change the shared rate once (compare-and-set)."""
 
@@ -121,13 +130,7 @@ class TestCoordination:
     ) -> None:
         old = RateState(40.0, 7, time.time() - 10, step=2.0, reason="decrease")
         limiters = await self.limiters(redis_server, prefix, old)
-        try:
-            await asyncio.gather(
-                *(lim.learner.answered(Slot(7, held=True), 200) for lim in limiters)
-            )
-        finally:
-            for lim in limiters:
-                await lim.aclose()
+        await answer_all_at_once(limiters, Slot(7, held=True), 200)
         now = await stored(redis_server, prefix)
         assert (now.rate, now.version, now.reason) == (42.0, 8, "increase")
 
@@ -136,13 +139,7 @@ class TestCoordination:
     ) -> None:
         old = RateState(40.0, 7, time.time() - 10, step=2.0, reason="increase")
         limiters = await self.limiters(redis_server, prefix, old)
-        try:
-            await asyncio.gather(
-                *(lim.learner.answered(Slot(7, held=True), 429) for lim in limiters)
-            )
-        finally:
-            for lim in limiters:
-                await lim.aclose()
+        await answer_all_at_once(limiters, Slot(7, held=True), 429)
         now = await stored(redis_server, prefix)
         assert (now.rate, now.version, now.reason) == (pytest.approx(32.0), 8, "decrease")
         # Every process holds what Redis holds, not a cut of its own.
