@@ -7,6 +7,10 @@ again as soon as one of its chunks ends (a slot is free) or a producer announces
 chunk on the queue's wake channel (``wake``). ``poll_delay`` stays as the longest it
 waits without either, for what nobody announces: a dead worker's chunk handed over
 when its in-progress key expires, a lost announcement.
+
+It overrides two methods arq does not document (``_poll_iteration``, ``start_jobs``) and
+reads its ``tasks``: an arq without them is refused at start, since this worker would
+otherwise fetch in a loop with no pause at all (hence also the upper bound on arq).
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import arq
 from arq.constants import in_progress_key_prefix
 from arq.worker import Worker
 
+from .spec import Problem
 from .wake import Wakeups
 
 __all__ = ["PromptWorker"]
@@ -28,6 +34,15 @@ class PromptWorker(Worker):
     def __init__(self, *, wake_channel: str, poll_delay: float = 0.5, **settings: Any) -> None:
         # arq's own loop must not sleep between fetches: this one waits in _poll_iteration.
         super().__init__(poll_delay=0, **settings)
+        missing = [name for name in ("_poll_iteration", "start_jobs") if not hasattr(Worker, name)]
+        if not isinstance(getattr(self, "tasks", None), dict):
+            missing.append("tasks")
+        if missing:
+            raise Problem(
+                f"arq {arq.VERSION} has no Worker.{', Worker.'.join(missing)}, which the queue "
+                "worker builds on: install the arq this package names (pip install "
+                "'dispatch-async[queue]')"
+            )
         self.idle_poll = poll_delay
         self.wake_channel = wake_channel
         self.wake = asyncio.Event()

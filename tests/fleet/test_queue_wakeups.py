@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+from arq.worker import Worker
 
 from dispatch_async._cli.queue import JobKeys, connect, enqueue
 from dispatch_async._cli.report import report
-from dispatch_async._cli.spec import Connection, InputSpec, Target
+from dispatch_async._cli.spec import Connection, InputSpec, Problem, Target
 from dispatch_async._cli.wake import wait_until_done
 from dispatch_async._cli.worker import WorkerConfig, make_worker
 from dispatch_async.testing import FakeDispatchServer
@@ -213,3 +214,18 @@ async def test_a_redis_user_without_channels_still_finishes_the_job(
         await admin.aclose()
     assert summary.complete
     assert "cannot subscribe to the Redis channel" in caplog.text
+
+
+@pytest.mark.parametrize("hook", ["_poll_iteration", "start_jobs"])
+def test_an_arq_without_what_the_worker_overrides_is_refused(
+    hook: str, redis_server: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without its _poll_iteration, the worker (poll_delay 0 for arq) would fetch in a loop.
+    monkeypatch.delattr(Worker, hook)
+    config = WorkerConfig(
+        queue_url=redis_server,
+        connection=Connection(base_url="http://127.0.0.1:9", client_secret=SECRET, account="a"),
+        key_prefix=prefix,
+    )
+    with pytest.raises(Problem, match=rf"arq [0-9.]+ has no Worker\.{hook}, which the queue"):
+        make_worker(config)
