@@ -46,7 +46,11 @@ return current
 
 
 class SharedRate:
-    """The learned rate a fleet shares in Redis under *key*."""
+    """The learned rate a fleet shares in Redis under *key*.
+
+    *fresh* is called first in every entry point: after a fork it gives the child its own
+    connections and this object its own turn (`start_afresh`).
+    """
 
     shared = True
 
@@ -57,8 +61,10 @@ class SharedRate:
         aimd: Aimd,
         window: Callable[[float], Awaitable[bool]],
         on_error: Callable[[BaseException], None],
+        fresh: Callable[[], None],
     ) -> None:
         self._client = client
+        self._fresh = fresh
         self._key = key
         self._aimd = aimd
         self._window = window
@@ -80,6 +86,7 @@ class SharedRate:
         """Return when the fleet's rate lets one more request go from this process."""
         # One reservation at a time per process: else each of its waiting requests would
         # book a slot ahead, at a rate that may have changed by the time the last comes.
+        self._fresh()
         if self._turn is None:
             self._turn = asyncio.Lock()
         async with self._turn:
@@ -95,6 +102,7 @@ class SharedRate:
 
     async def hold(self, seconds: float) -> None:
         """Hold the fleet's schedule for *seconds* from now (a 429's Retry-After)."""
+        self._fresh()
         try:
             await self._reserve(time.time() + seconds, 0.0, learned=False)
         except self._errors as exc:
@@ -131,6 +139,7 @@ class SharedRate:
 
     async def answered(self, slot: Slot, status: int) -> None:
         """Decide from a 429 or a success, for the whole fleet."""
+        self._fresh()
         aimd = self._aimd
         if status == 429:
 
@@ -173,6 +182,10 @@ class SharedRate:
         """The client was closed: register the script on the next one."""
         self._script = None
         self._schedule.forget_client()
+
+    def start_afresh(self) -> None:
+        """In a forked child: the parent's task holding the turn did not come along."""
+        self._turn = None
 
     def _keep(self, state: RateState) -> None:
         held = self.state

@@ -94,6 +94,7 @@ class RedisRateLimiter:
                 Aimd(max_requests_per_second),
                 self._scheduled,
                 self._failed,
+                self._start_afresh_after_fork,
             )
         elif (
             isinstance(requests_per_second, bool)
@@ -233,6 +234,8 @@ class RedisRateLimiter:
             left_by_parent(self._pool, self._redis, self._local)
             self._pool = self._redis = self._local = self._turn = None
             self._forget_client()
+            if self.learner is not None:
+                self.learner.start_afresh()
             self._pid = os.getpid()
 
     async def aclose(self) -> None:
