@@ -432,6 +432,7 @@ class TestExport:
         )  # fmt: skip
         assert export.code == 0, export.stderr
         assert "3 rows" in export.stderr
+        assert "has not finished" not in export.stderr  # every row has its outcome
         original = raw(excel)
         # BOM, header, then lines 2 to 5 (line 4's cell spans two lines), CRLF, ';', quotes.
         assert raw(retry) == original[: original.index("Zé".encode())]
@@ -461,6 +462,10 @@ class TestExport:
         assert export.code == 0, export.stderr
         lines = source.read_text().splitlines()
         assert export.stdout.splitlines() == ["nome|number"] + [lines[n - 1] for n in maybe]
+        # The rows the deadline kept it from reading have no outcome: said, with the way on.
+        assert len(records(out)) < 40
+        assert f"the job writing {out} has not finished" in export.stderr
+        assert f"dispatch-async send --resume -o {out} sends them" in export.stderr
 
     async def test_jsonl_lines_are_written_byte_for_byte(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path

@@ -23,7 +23,7 @@ import orjson
 
 from .csv_input import csv_records, open_input
 from .input import Format, UnreadableInput, line_bound
-from .journal import stored_options
+from .journal import journal_path, stored_options
 from .records import OUTCOMES
 from .spec import FAILED, OK, Problem
 
@@ -68,6 +68,15 @@ def run_export(spec: ExportSpec, err: TextIO) -> int:
         f"export: {written:,} rows of {spec.input_path} ({chosen}) written to {where}",
         file=err,
     )
+    journal = journal_path(spec.results)
+    if journal.exists():
+        # Rows a stopped job never reached have no record, so no outcome selects them.
+        print(
+            f"export: the job writing {spec.results} has not finished ({journal} is there): "
+            "rows it has not reached have no outcome yet and are in no export; "
+            f"dispatch-async send --resume -o {spec.results} sends them",
+            file=err,
+        )
     if written != total:
         print(
             f"export: {total - written:,} lines of {spec.results} are not rows of "
