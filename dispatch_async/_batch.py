@@ -141,6 +141,8 @@ class Batcher:
         deadline_at = loop.time() + settings.deadline if settings.deadline else None
         queued: deque[Chunk] = deque()
         running: dict[asyncio.Task[DispatchResult], tuple[Chunk, Flight]] = {}
+        # The next chunk is read in a task of its own, raced against the requests, so a
+        # slow source never keeps a free slot idle or a finished part from the caller.
         reading: asyncio.Task[Chunk | None] | None = None
         exhausted = False
         stop: DispatchError | None = None
@@ -153,40 +155,28 @@ class Batcher:
                     task = loop.create_task(self._send(chunk, flight))
                     running[task] = (chunk, flight)
                 may_read = not (reading or exhausted or stop or expired)
-                read: Awaitable[Chunk | None] | None = None
-                finished: set[asyncio.Future[Any]] = set()
                 if may_read and len(queued) < settings.max_concurrency:
-                    if self._sequence:
-                        # A list was checked whole: its next chunk is a slice, there at once.
-                        read = anext(self._chunks, None)
-                    else:
-                        # A stream's next chunk is read in a task of its own, raced against
-                        # the requests, so a slow source never keeps a free slot idle or a
-                        # finished part from the caller.
-                        reading = loop.create_task(anext(self._chunks, None))
-                if read is None:
-                    waiting: set[asyncio.Future[Any]] = set(running)
+                    reading = loop.create_task(anext(self._chunks, None))
+                waiting: set[asyncio.Future[Any]] = set(running)
+                if reading is not None:
+                    waiting.add(reading)
+                if not waiting:
+                    break
+                timeout = None if deadline_at is None else max(deadline_at - loop.time(), 0)
+                finished, _ = await asyncio.wait(
+                    waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not finished:  # the deadline
                     if reading is not None:
-                        waiting.add(reading)
-                    if not waiting:
-                        break
-                    timeout = None if deadline_at is None else max(deadline_at - loop.time(), 0)
-                    finished, _ = await asyncio.wait(
-                        waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    if not finished:  # the deadline
-                        if reading is not None:
-                            await _cancelled(reading)
-                            reading = None
-                        for part in await self._cancel(running, "the deadline passed"):
-                            yield part
-                        continue
-                    if reading in finished:
-                        finished.discard(reading)
-                        read, reading = reading, None
-                if read is not None:
+                        await _cancelled(reading)
+                        reading = None
+                    for part in await self._cancel(running, "the deadline passed"):
+                        yield part
+                    continue
+                if reading in finished:
+                    finished.discard(reading)
                     try:
-                        chunk_read = await read
+                        chunk_read = reading.result()
                     except BadChunkError as error:
                         stop = stop or error
                         if error.before.size:
@@ -202,6 +192,7 @@ class Batcher:
                             exhausted = True
                         else:
                             queued.append(chunk_read)
+                    reading = None
                 for future in finished:
                     sent = cast("asyncio.Task[DispatchResult]", future)
                     chunk, flight = running.pop(sent)

@@ -110,7 +110,8 @@ def _to_wire(
     items: Sequence[Any], start: int, done: int, refs: dict[int, Any] | None = None
 ) -> list[WireMessage]:
     """``to_wire`` when the first *done* items are known to be wire messages already."""
-    out: list[WireMessage] = list(items[:done]) if done else []
+    # islice, not items[:done]: a Sequence need not take slices (a deque does not).
+    out: list[WireMessage] = list(islice(items, done))
     if done == len(items):
         return out
     append = out.append

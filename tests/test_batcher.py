@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -151,6 +151,16 @@ class TestInputShapes:
         assert [v.number for v in result.valid] == given
         assert result.positions == range(25)
         assert server.stats.dispatch_calls == 3
+
+    async def test_a_sequence_that_cannot_be_sliced_is_sent_whole_and_in_order(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        # A deque is a Sequence without slices; wire-form dicts take the no-copy path.
+        given = numbers(25)
+        wire = deque({"number": number, "vars": {"pixCode": "000201"}} for number in given)
+        result = await session.send_template(wire, **TEMPLATE, chunk_size=10)
+        assert [v.number for v in result.valid] == given
+        assert server.stats.received == Counter(given)
 
     async def test_strings_recipients_and_mappings_can_be_mixed(
         self, server: FakeDispatchServer, session: da.DispatchSession

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing
-from typing import Any
+from typing import Any, overload
 
 import pytest
 
@@ -294,7 +294,61 @@ class TestTheDeadline:
         assert result.counts["maybe_sent"] == 20
 
 
+class _TrippingList(Sequence[Any]):
+    """A list that runs *action* once, when the whole-list check reads item *at*."""
+
+    def __init__(self, items: list[Any], at: int, action: Callable[[], None]) -> None:
+        self._items = items
+        self._at = at
+        self._action: Callable[[], None] | None = action
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if index == self._at and self._action is not None:
+            action, self._action = self._action, None
+            action()
+        return self._items[index]
+
+
 class TestCancellation:
+    @pytest.mark.parametrize("how", ["in the running step", "queued on the loop"])
+    async def test_a_cancel_during_the_whole_list_check_sends_nothing(
+        self, server: FakeDispatchServer, session: da.DispatchSession, how: str
+    ) -> None:
+        # Ctrl-C under asyncio.run cancels mid-step; another thread's cancel is queued.
+        assert (await session.send_template(numbers(1, start=9000), **TEMPLATE)).ok  # warm
+        announced: list[range] = []
+
+        async def journal(positions: range) -> None:
+            announced.append(positions)
+
+        loop = asyncio.get_running_loop()
+
+        def cancel_the_call() -> None:
+            if how == "in the running step":
+                call.cancel()
+            else:
+                loop.call_soon(call.cancel)
+
+        given = _TrippingList(numbers(4000), at=2000, action=cancel_the_call)
+        call = asyncio.create_task(
+            session.send_template(
+                given, **TEMPLATE, chunk_size=500, max_concurrency=4, before_send=journal
+            )
+        )
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # Answered in order on one pool: whatever the cancelled call sent came before this.
+        assert (await session.send_template(numbers(1, start=9001), **TEMPLATE)).ok
+        assert announced == []
+        assert server.stats.recipients_received == 2
+
     async def test_a_timeout_around_send_stops_it_promptly_and_leaves_nothing_behind(
         self, server: FakeDispatchServer, session: da.DispatchSession
     ) -> None:
