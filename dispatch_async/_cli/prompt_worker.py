@@ -8,9 +8,9 @@ chunk on the queue's wake channel (``wake``). ``poll_delay`` stays as the longes
 waits without either, for what nobody announces: a dead worker's chunk handed over
 when its in-progress key expires, a lost announcement.
 
-It overrides two methods arq does not document (``_poll_iteration``, ``start_jobs``) and
-reads its ``tasks``: an arq without them is refused at start, since this worker would
-otherwise fetch in a loop with no pause at all (hence also the upper bound on arq).
+It overrides two methods arq does not document (``_poll_iteration``, ``start_jobs``): an
+arq without them is refused at start, since this worker would otherwise fetch in a loop
+with no pause at all (hence also the upper bound on arq).
 """
 
 from __future__ import annotations
@@ -32,17 +32,16 @@ class PromptWorker(Worker):
     """An ``arq.worker.Worker`` that also takes *wake_channel*: announcements of new jobs."""
 
     def __init__(self, *, wake_channel: str, poll_delay: float = 0.5, **settings: Any) -> None:
-        # arq's own loop must not sleep between fetches: this one waits in _poll_iteration.
-        super().__init__(poll_delay=0, **settings)
+        # Checked before arq's __init__, which installs signal handlers on an event loop.
         missing = [name for name in ("_poll_iteration", "start_jobs") if not hasattr(Worker, name)]
-        if not isinstance(getattr(self, "tasks", None), dict):
-            missing.append("tasks")
         if missing:
             raise Problem(
                 f"arq {arq.VERSION} has no Worker.{', Worker.'.join(missing)}, which the queue "
                 "worker builds on: install the arq this package names (pip install "
                 "'dispatch-async[queue]')"
             )
+        # arq's own loop must not sleep between fetches: this one waits in _poll_iteration.
+        super().__init__(poll_delay=0, **settings)
         self.idle_poll = poll_delay
         self.wake_channel = wake_channel
         self.wake = asyncio.Event()

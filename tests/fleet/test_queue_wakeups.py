@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -227,5 +228,7 @@ def test_an_arq_without_what_the_worker_overrides_is_refused(
         connection=Connection(base_url="http://127.0.0.1:9", client_secret=SECRET, account="a"),
         key_prefix=prefix,
     )
+    ctrl_c = signal.getsignal(signal.SIGINT)
     with pytest.raises(Problem, match=rf"arq [0-9.]+ has no Worker\.{hook}, which the queue"):
         make_worker(config)
+    assert signal.getsignal(signal.SIGINT) is ctrl_c  # refused before arq took Ctrl-C over
