@@ -27,6 +27,17 @@ from .simulator_thread import ThreadedSimulator, simulator_in_thread
 FORK_WARNING = "ignore:This process:DeprecationWarning"
 
 
+def run_forking(script: str) -> subprocess.CompletedProcess[str]:
+    """Run *script*, which forks, in a fresh interpreter that shows every other warning."""
+    return subprocess.run(  # noqa: S603 - our interpreter, our script
+        [sys.executable, "-W", "default", "-W", FORK_WARNING, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
 @pytest.fixture
 def simulator() -> Iterator[ThreadedSimulator]:
     with simulator_in_thread() as running:
@@ -385,13 +396,7 @@ class TestFork:
             print("parent ok")
             """
         )
-        done = subprocess.run(  # noqa: S603 - our interpreter, our script
-            [sys.executable, "-W", "default", "-W", FORK_WARNING, "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        done = run_forking(script)
         assert done.returncode == 0, done.stderr
         assert done.stdout == "parent ok\n"
         assert "Warning" not in done.stderr, done.stderr

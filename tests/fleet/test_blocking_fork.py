@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from ..conftest import SECRET
 from ..simulator_thread import simulator_in_thread
-from ..test_blocking import FORK_WARNING
+from ..test_blocking import run_forking
 
 
 def test_a_forked_child_opens_its_own_redis_connections_and_the_parent_goes_on(
@@ -41,21 +39,7 @@ def test_a_forked_child_opens_its_own_redis_connections_and_the_parent_goes_on(
         """
     )
     with simulator_in_thread() as simulator:
-        done = subprocess.run(  # noqa: S603 - our interpreter, our script
-            [
-                sys.executable,
-                "-W",
-                "default",
-                "-W",
-                FORK_WARNING,
-                "-c",
-                script.replace("{url!r}", repr(simulator.url)),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        done = run_forking(script.replace("{url!r}", repr(simulator.url)))
         assert done.returncode == 0, done.stderr
         assert done.stdout == "parent ok\n"
         assert done.stderr == "", done.stderr  # no warning: no unreachable store, no leak
@@ -92,19 +76,7 @@ def test_a_child_forked_while_the_parent_holds_the_rate_turn_is_not_stuck_on_it(
         """
     )
     with simulator_in_thread() as simulator:
-        done = subprocess.run(  # noqa: S603 - our interpreter, our script
-            [
-                sys.executable,
-                "-W",
-                FORK_WARNING,
-                "-c",
-                script.replace("{url!r}", repr(simulator.url)),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        done = run_forking(script.replace("{url!r}", repr(simulator.url)))
         assert done.returncode == 0, done.stderr
         assert done.stdout == "child ok\n"
         assert done.stderr == "", done.stderr

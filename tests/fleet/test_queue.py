@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from dispatch_async._cli.queue import JobKeys, connect, enqueue
+from dispatch_async._cli.queue import JobKeys, Produced, connect, enqueue
 from dispatch_async._cli.report import report
 from dispatch_async._cli.spec import InputSpec, Target
 from dispatch_async.testing import FakeDispatchServer
@@ -115,6 +115,23 @@ async def redis(redis_server: str) -> AsyncIterator[Any]:
     client = await connect(redis_server)
     yield client
     await client.aclose()
+
+
+async def produce(redis_url: str, prefix: str, source: Path, job: str) -> Produced:
+    """Run the producer (again): it stores and enqueues what is not done."""
+    redis = await connect(redis_url)
+    try:
+        return await enqueue(
+            redis,
+            job=job,
+            target=Target("basic", text="hi"),
+            account=None,
+            input_spec=InputSpec(str(source)),
+            chunk_size=CHUNK,
+            key_prefix=prefix,
+        )
+    finally:
+        await redis.aclose()
 
 
 def read_report(path: Path) -> list[dict[str, Any]]:

@@ -15,16 +15,15 @@ from typing import Any
 
 import pytest
 
-from dispatch_async._cli.queue import JobKeys, connect, enqueue
+from dispatch_async._cli.queue import JobKeys, connect
 from dispatch_async._cli.report import report
-from dispatch_async._cli.spec import InputSpec, Target
 from dispatch_async.testing import FakeDispatchServer
 from tests.fleet.conftest import _answers_ping, free_port
 from tests.fleet.test_queue import (
-    CHUNK,
     JOB_TIMEOUT,
     LINES,
     SECRET,
+    produce,
     read_report,
     start_worker,
     until,
@@ -43,23 +42,6 @@ def assert_every_line_once_and_nothing_received_twice(
     assert sent <= set(server.stats.received)
     assert set(server.stats.received) <= sent | maybe | {"12"}
     return records
-
-
-async def produce(redis_url: str, prefix: str, source: Path, job: str) -> None:
-    """Run the producer (again): it stores and enqueues what is not done."""
-    redis = await connect(redis_url)
-    try:
-        await enqueue(
-            redis,
-            job=job,
-            target=Target("basic", text="hi"),
-            account=None,
-            input_spec=InputSpec(str(source)),
-            chunk_size=CHUNK,
-            key_prefix=prefix,
-        )
-    finally:
-        await redis.aclose()
 
 
 async def test_a_worker_stopped_by_sigterm_mid_chunk_records_it_maybe_sent_once(

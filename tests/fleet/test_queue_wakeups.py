@@ -20,13 +20,13 @@ import pytest
 import redis.asyncio
 from arq.worker import Worker
 
-from dispatch_async._cli.queue import JobKeys, connect, enqueue
+from dispatch_async._cli.queue import JobKeys, connect
 from dispatch_async._cli.report import report
-from dispatch_async._cli.spec import Connection, InputSpec, Problem, Target
+from dispatch_async._cli.spec import Connection, Problem
 from dispatch_async._cli.wake import wait_until_done
 from dispatch_async._cli.worker import WorkerConfig, make_worker
 from dispatch_async.testing import FakeDispatchServer
-from tests.fleet.test_queue import CHUNK, LINES, SECRET, read_report, write_input
+from tests.fleet.test_queue import CHUNK, LINES, SECRET, produce, read_report, write_input
 
 # arq's Worker.close() calls redis-py's deprecated close(); the worker runs in-process here.
 pytestmark = [
@@ -87,21 +87,8 @@ async def running_worker(
             await running
 
 
-async def produce(queue_url: str, prefix: str, source: Path, job: str) -> None:
-    redis = await connect(queue_url)
-    try:
-        produced = await enqueue(
-            redis,
-            job=job,
-            target=Target("basic", text="hi"),
-            account=None,
-            input_spec=InputSpec(str(source)),
-            chunk_size=CHUNK,
-            key_prefix=prefix,
-        )
-    finally:
-        await redis.aclose()
-    assert produced.enqueued == CHUNKS
+async def produce_all(queue_url: str, prefix: str, source: Path, job: str) -> None:
+    assert (await produce(queue_url, prefix, source, job)).enqueued == CHUNKS
 
 
 async def test_an_idle_worker_sends_a_job_queued_after_it_went_idle(
@@ -115,7 +102,7 @@ async def test_an_idle_worker_sends_a_job_queued_after_it_went_idle(
         running_worker(server, redis_server, prefix) as fetches,
     ):
         await fetches.first.wait()  # the queue was empty: the worker is idle now
-        await produce(redis_server, prefix, source, "idle")
+        await produce_all(redis_server, prefix, source, "idle")
         async with asyncio.timeout(HANG):
             # 12 chunks, 2 at a time: each slot is refilled when its chunk ends.
             await wait_until_done(redis, job="idle", key_prefix=prefix, every=AN_HOUR)
@@ -138,7 +125,7 @@ async def test_the_waiting_producer_returns_when_the_last_chunk_is_done(
 ) -> None:
     source = tmp_path / "in.csv"
     write_input(source)
-    await produce(redis_server, prefix, source, "wait")
+    await produce_all(redis_server, prefix, source, "wait")
     redis = await connect(redis_server)
     progress: list[tuple[int, int]] = []
     async with FakeDispatchServer(client_secret=SECRET, latency=0.05) as server:
@@ -168,7 +155,7 @@ async def test_a_finished_job_is_not_waited_for(
 ) -> None:
     source = tmp_path / "in.csv"
     write_input(source)
-    await produce(redis_server, prefix, source, "over")
+    await produce_all(redis_server, prefix, source, "over")
     redis = await connect(redis_server)
     keys = JobKeys(prefix, "over")
     await redis.hset(keys.state, mapping={str(i): b"done" for i in range(CHUNKS)})
@@ -192,7 +179,7 @@ async def test_a_redis_user_without_channels_still_finishes_the_job(
     )  # fmt: skip
     url = redis_server.replace("redis://", f"redis://{user}:s3cret@")
     try:
-        await produce(url, prefix, source, "acl")
+        await produce_all(url, prefix, source, "acl")
         async with FakeDispatchServer(client_secret=SECRET) as server:
             config = WorkerConfig(
                 queue_url=url,
