@@ -245,43 +245,38 @@ def _csv_records(reader: Any, layout: CsvLayout, number_column: str, rows: Rows)
 def _csv_iter(
     reader: Any, width: int, number_at: int, var_columns: list[tuple[int, str]], rows: Rows
 ) -> Iterator[Row]:
-    while True:
-        start = reader.line_num + 1
-        try:
-            fields: list[str] = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            # Reading on would start inside the broken record (a quoted field's text could
-            # become recipients): nothing after it is trusted.
-            raise UnreadableInput(
-                f"line {start} of the input is not valid CSV ({exc}); nothing from there on "
-                "was read: fix the file, then run again with --resume"
-            ) from None
-        if len(fields) != width:
-            if _is_empty(fields):
-                rows.empty += 1
+    try:
+        for start, fields in _raw_records(reader):
+            if len(fields) != width:
+                if _is_empty(fields):
+                    rows.empty += 1
+                    continue
+                number = (fields[number_at].strip() or None) if len(fields) > number_at else None
+                yield Row(
+                    start,
+                    _printable(number),
+                    None,
+                    f"expected {width} fields, found {len(fields)}",
+                )
                 continue
-            number = (fields[number_at].strip() or None) if len(fields) > number_at else None
-            yield Row(
-                start,
-                _printable(number),
-                None,
-                f"expected {width} fields, found {len(fields)}",
-            )
-            continue
-        number = fields[number_at].strip()
-        if not number:
-            if _is_empty(fields):
-                rows.empty += 1
-            else:
-                yield Row(start, None, None, "the number is empty")
-            continue
-        if not _is_utf8(fields):
-            yield Row(start, _printable(number), None, "the row is not valid UTF-8")
-            continue
-        values = {name: fields[i] for i, name in var_columns}
-        yield Row(start, number, {"number": number, "vars": values})
+            number = fields[number_at].strip()
+            if not number:
+                if _is_empty(fields):
+                    rows.empty += 1
+                else:
+                    yield Row(start, None, None, "the number is empty")
+                continue
+            if not _is_utf8(fields):
+                yield Row(start, _printable(number), None, "the row is not valid UTF-8")
+                continue
+            values = {name: fields[i] for i, name in var_columns}
+            yield Row(start, number, {"number": number, "vars": values})
+    except UnreadableInput as exc:
+        # Reading on would start inside the broken record (a quoted field's text could
+        # become recipients): nothing after it is trusted.
+        raise UnreadableInput(
+            f"{exc}; nothing from there on was read: fix the file, then run again with --resume"
+        ) from None
 
 
 def _is_empty(fields: list[str]) -> bool:
