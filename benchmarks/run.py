@@ -217,6 +217,32 @@ def phase_overhead(plan: Plan, srv: Server) -> dict[str, Any]:
     return out
 
 
+def phase_answers(plan: Plan, srv: Server) -> dict[str, Any]:
+    """The SDK's client CPU on answers with ``session_id`` (the real service's shape, the
+    default simulator's) against the spec's bare answers, from a second simulator."""
+    n = plan.sizes[-2]
+    log(f"answer shapes: {n:,} recipients x {plan.reps[n]} interleaved pairs, SDK only")
+    with server(simulator("--no-session-ids")) as bare:
+        urls = {"bare": bare, "session_id": srv}
+        runs: dict[str, list[dict[str, Any]]] = {"bare": [], "session_id": []}
+        for _ in range(plan.reps[n]):
+            for shape, target in urls.items():
+                spec = {"kind": "send", "url": target.url, "n": n, "client": "sdk"}
+                runs[shape].append(child(spec, target))
+    pairs = zip(runs["session_id"], runs["bare"], strict=True)
+    return {
+        "n": n,
+        "reps": plan.reps[n],
+        "cpu_per_100k": {
+            shape: spread([r["cpu"] / n * 100_000 for r in items]) for shape, items in runs.items()
+        },
+        "cpu_ratio": statistics.median(r["cpu"] for r in runs["session_id"])
+        / statistics.median(r["cpu"] for r in runs["bare"]),
+        "cpu_ratio_pairs": spread([s["cpu"] / b["cpu"] for s, b in pairs]),
+        "raw": runs,
+    }
+
+
 def phase_server(plan: Plan, srv: Server) -> dict[str, Any]:
     log(f"server on its own: baseline client, concurrency 32, {plan.server_n:,} recipients")
     n = plan.server_n
@@ -444,6 +470,21 @@ def scaling_rows(overhead: dict[str, Any]) -> list[Row]:
     ]
 
 
+def answer_rows(a: dict[str, Any]) -> list[Row]:
+    label = size_label(a["n"])
+    cpu = a["cpu_per_100k"]
+    return [
+        row(f"{label}: SDK client CPU s/100k, bare answers", rng(cpu["bare"])),
+        row(f"{label}: SDK client CPU s/100k, answers with session_id", rng(cpu["session_id"])),
+        row(
+            f"{label}: CPU ratio session_id/bare",
+            f"{a['cpu_ratio']:.2f}x; pairs {rng(a['cpu_ratio_pairs'], '{:.2f}')}",
+            "<= 1.05x",
+            a["cpu_ratio"] <= 1.05,
+        ),
+    ]
+
+
 def server_rows(s: dict[str, Any]) -> list[Row]:
     return [
         row(
@@ -595,6 +636,8 @@ def table(results: dict[str, Any]) -> list[Row]:
         rows += overhead_rows(results["overhead"])
     if results.get("server"):
         rows += server_rows(results["server"])
+    if results.get("answers"):
+        rows += answer_rows(results["answers"])
     if results.get("overhead"):
         rows += scaling_rows(results["overhead"])
     if results.get("grid"):
@@ -654,6 +697,7 @@ def _version(distribution: str) -> str | None:
 
 PHASES = (
     "overhead",
+    "answers",
     "server",
     "grid",
     "memory",
@@ -694,6 +738,8 @@ def main(argv: list[str] | None = None) -> int:
         results["server_url"] = srv.url
         if "overhead" in phases:
             results["overhead"] = phase_overhead(plan, srv)
+        if "answers" in phases:
+            results["answers"] = phase_answers(plan, srv)
         if "server" in phases:
             results["server"] = phase_server(plan, srv)
         if "grid" in phases:

@@ -1,4 +1,6 @@
-"""dispatch-async: an asyncio client for the bulk message-dispatch API.
+"""dispatch-async: an asyncio client for Pontaltech's Pointer RCS API v3.
+
+Bulk RCS Business Messaging, with SMS fallback for phones without RCS.
 
 Start with ``DispatchSession`` (``DispatchClient`` from synchronous code);
 ``dispatch_async.testing`` has a local simulator.
@@ -6,6 +8,7 @@ Start with ``DispatchSession`` (``DispatchClient`` from synchronous code);
 
 from ._batch import BatchOptions, BatchSettings
 from ._blocking import DispatchClient
+from ._endpoints import BASIC_TEXT_MAX_BYTES, basic_text_warning
 from ._exceptions import (
     AuthenticationError,
     CallbackError,
@@ -17,6 +20,7 @@ from ._exceptions import (
     DispatchError,
     EventLoopError,
     FailedRecipientsError,
+    ForbiddenError,
     InputError,
     InvalidRecipientError,
     MalformedResponseError,
@@ -54,6 +58,7 @@ from ._session import DispatchSession
 from ._version import __version__
 
 __all__ = [
+    "BASIC_TEXT_MAX_BYTES",
     "DEFAULT_KEY_PREFIX",
     "DUPLICATE_REASON",
     "AuthenticationError",
@@ -73,6 +78,7 @@ __all__ = [
     "FailedRecipient",
     "FailedRecipientsError",
     "Fallback",
+    "ForbiddenError",
     "InputError",
     "InvalidMessage",
     "InvalidMessages",
@@ -98,6 +104,7 @@ __all__ = [
     "ValidMessage",
     "ValidMessages",
     "__version__",
+    "basic_text_warning",
     "plan",
     "to_e164",
 ]

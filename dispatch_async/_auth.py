@@ -14,36 +14,52 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 import attrs
+import orjson
 
 from ._exceptions import (
     AuthenticationError,
     DispatchError,
+    ForbiddenError,
     StatusError,
     TokenUnavailableError,
     TransportError,
     status_error,
 )
+from ._lifetime import jwt_claims_lifetime, parse_lifetime
 from ._retry import RetryPolicy, parse_retry_after, retrying
 from ._token_store import StoredToken, TokenStore, TokenStoreUnavailable
-from ._transport import Transport, has_control_characters
-from ._wire import parse_token_answer
+from ._transport import Answer, Transport, has_control_characters
+from ._wire import TokenAnswer, parse_token_answer
 
 __all__ = [
     "DEFAULT_LIFETIME",
     "MAX_LIFETIME",
+    "TOKEN_REQUESTS",
     "Secret",
     "Token",
     "TokenEndpoint",
     "TokenKeeper",
+    "TokenRequest",
 ]
 
 log = logging.getLogger("dispatch_async")
 
 _FORM = "application/x-www-form-urlencoded"
+_JSON = "application/json"
 
-#: Seconds a token is trusted for when the service gives no (or a zero) lifetime.
+#: How the token request's body is encoded: "form" (the spec's), "json" (the vendor's
+#: example), or "auto": the form, then once JSON if the endpoint refuses the form with
+#: 400 or 415, remembering what worked.
+TokenRequest = Literal["auto", "form", "json"]
+TOKEN_REQUESTS: tuple[TokenRequest, ...] = ("auto", "form", "json")
+#: Answers to a form body that say the endpoint may want JSON instead.
+_WRONG_ENCODING = frozenset({400, 415})
+
+#: Seconds a token is trusted for when neither its answer nor its claims give a readable
+#: lifetime; a 401 before then still gets one fresh token and one re-send.
 DEFAULT_LIFETIME = 60.0
 #: A lifetime longer than this is capped: a token is never "valid forever".
 MAX_LIFETIME = 24 * 3600.0
@@ -121,14 +137,25 @@ class TokenEndpoint:
     """``POST /oauth/token`` (spec 4.1): one token, retried under the session's policy.
 
     *policy* is read at each fetch, so the session's current retry policy applies.
+    *encoding* is a `TokenRequest`; with "auto" the one that worked is kept for the
+    endpoint's life (a session's), so the form is tried again only while nothing worked.
     """
 
     def __init__(
-        self, transport: Transport, secret: Secret, policy: Callable[[], RetryPolicy]
+        self,
+        transport: Transport,
+        secret: Secret,
+        policy: Callable[[], RetryPolicy],
+        *,
+        encoding: TokenRequest,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._transport = transport
         self._secret = secret
         self._policy = policy
+        self._encoding = encoding
+        self._wall_clock = wall_clock
+        self._warned_lifetime = False
 
     async def fetch(self) -> Token:
         """A new token; AuthenticationError if refused, TokenUnavailableError if unreachable."""
@@ -143,26 +170,28 @@ class TokenEndpoint:
 
     async def _once(self) -> Token:
         started = time.monotonic()
-        answer = await self._transport.request(
-            "POST",
-            "/oauth/token",
-            headers={"Accept": _FORM, "Content-Type": _FORM},
-            data={"grant_type": "client_credentials", "client_secret": self._secret.reveal()},
-        )
+        encoding = "form" if self._encoding == "auto" else self._encoding
+        answer = await self._post(encoding)
+        if self._encoding == "auto" and answer.status in _WRONG_ENCODING:
+            answer = await self._post("json")
+            if answer.status not in _WRONG_ENCODING:
+                # The endpoint read the JSON body (even to refuse the secret): keep to it.
+                log.info("the token endpoint refused a form body and read JSON; using JSON")
+                self._encoding = "json"
         if answer.status == 200:
             issued = parse_token_answer(answer.body)
             if has_control_characters(issued.access_token):
                 raise AuthenticationError("the access token has control characters; refusing it")
-            return Token.issued(issued.access_token, started, issued.expires_in)
-        if answer.status in (401, 403):
-            raise AuthenticationError(
-                f"the service rejected the client secret (HTTP {answer.status})"
-            )
+            return Token.issued(issued.access_token, started, self._lifetime(issued))
+        if answer.status == 403:
+            raise ForbiddenError.for_status(answer.headers)
+        if answer.status == 401:
+            raise AuthenticationError("the service rejected the client secret (HTTP 401)")
         # No body kept from here: it may echo the form, and the form holds the secret.
         if 300 <= answer.status < 500 and answer.status != 429:
             raise AuthenticationError(
                 f"the token endpoint refused the request (HTTP {answer.status}); "
-                "check the client secret and base_url"
+                "check the client secret, base_url and token_request"
             )
         raise status_error(
             answer.status,
@@ -170,6 +199,41 @@ class TokenEndpoint:
             b"",
             retry_after=parse_retry_after(answer.headers.get("Retry-After")),
         )
+
+    async def _post(self, encoding: TokenRequest) -> Answer:
+        fields = {"grant_type": "client_credentials", "client_secret": self._secret.reveal()}
+        if encoding == "json":
+            return await self._transport.request(
+                "POST",
+                "/oauth/token",
+                headers={"Accept": _JSON, "Content-Type": _JSON},
+                data=orjson.dumps(fields),
+            )
+        return await self._transport.request(
+            "POST", "/oauth/token", headers={"Accept": _FORM, "Content-Type": _FORM}, data=fields
+        )
+
+    def _lifetime(self, issued: TokenAnswer) -> float | None:
+        """The earlier of the stated lifetime and the token's own claims; None if neither."""
+        known = [
+            seconds
+            for seconds in (
+                parse_lifetime(issued.expires_in),
+                jwt_claims_lifetime(issued.access_token, self._wall_clock()),
+            )
+            if seconds is not None
+        ]
+        if known:
+            return min(known)
+        if not self._warned_lifetime:
+            self._warned_lifetime = True
+            log.warning(
+                "the token answer gives no readable lifetime (expires_in %.24r, and the token "
+                "has no usable exp claim); trusting it for %.0fs at a time",
+                issued.expires_in,
+                DEFAULT_LIFETIME,
+            )
+        return None
 
 
 def _token_retryable(error: BaseException) -> bool:

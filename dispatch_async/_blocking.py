@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import aiohttp
 
-from ._auth import Secret
+from ._auth import Secret, TokenRequest
 from ._exceptions import ConfigurationError, EventLoopError, SessionClosedError
 from ._models import DispatchResult
 from ._retry import RetryPolicy
@@ -290,6 +290,7 @@ class DispatchClient:
         token_store: TokenStore | None = None,
         rate_limiter: Limiter | None = None,
         hooks: Iterable[Hook] | None = None,
+        token_request: TokenRequest = "auto",  # noqa: S107 - an encoding, not a secret
         **batch: Unpack[BatchOptions],
     ) -> None:
         # The secret is kept masked: a traceback that shows locals reprs what the client holds.
@@ -306,6 +307,7 @@ class DispatchClient:
             token_store=token_store,
             rate_limiter=rate_limiter,
             hooks=None if hooks is None else tuple(hooks),  # made again after a fork
+            token_request=token_request,
             **batch,
         )
 
@@ -392,3 +394,4 @@ class DispatchClient:
     stream_single = _iterating(DispatchSession.stream_single)
     stream_webhook = _iterating(DispatchSession.stream_webhook)
     list_templates = _blocking(DispatchSession.list_templates)
+    check_credentials = _blocking(DispatchSession.check_credentials)

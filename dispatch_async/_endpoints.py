@@ -14,7 +14,20 @@ from ._exceptions import InputError
 from ._models import Fallback
 from ._wire import Envelope, encodable
 
-__all__ = ["BASIC", "SINGLE", "TEMPLATE", "WEBHOOK", "Endpoint", "envelope"]
+__all__ = [
+    "BASIC",
+    "BASIC_TEXT_MAX_BYTES",
+    "SINGLE",
+    "TEMPLATE",
+    "WEBHOOK",
+    "Endpoint",
+    "basic_text_warning",
+    "envelope",
+]
+
+#: The most text an RCS *basic* message carries, in UTF-8 bytes: Google's RBM billing
+#: category for text-only messages (the vendor does not document a limit: inferred).
+BASIC_TEXT_MAX_BYTES = 160
 
 
 @attrs.frozen
@@ -29,8 +42,27 @@ class Endpoint:
 WEBHOOK = Endpoint("webhook", "/api/v3/webhook", requires="webhook")
 TEMPLATE = Endpoint("template", "/api/v3/template", requires="template_id")
 # The spec shows no difference between basic and single: the same body to another path.
+# In RCS Business Messaging, basic is text only (at most BASIC_TEXT_MAX_BYTES), single
+# is longer text or rich content, and webhook/template are conversational (a 24 h session).
 BASIC = Endpoint("basic", "/api/v3/basic", requires="text")
 SINGLE = Endpoint("single", "/api/v3/single", requires="text")
+
+
+def basic_text_warning(text: str) -> str | None:
+    """Why *text* may not go as an RCS basic message, or None when it fits.
+
+    Basic carries text of at most `BASIC_TEXT_MAX_BYTES` UTF-8 bytes; longer text is
+    ``send_single``'s. Only a warning: the limit is the RBM category's, inferred for this
+    service, and an account's provisioning decides what it accepts.
+    """
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= BASIC_TEXT_MAX_BYTES:
+        return None
+    return (
+        f"the text is {size} UTF-8 bytes: an RCS basic message carries at most "
+        f"{BASIC_TEXT_MAX_BYTES}, so the service may refuse it or bill it as single "
+        "(use send_single for longer text)"
+    )
 
 
 def envelope(

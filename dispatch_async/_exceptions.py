@@ -20,6 +20,9 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     │   ├── ClientStatusError                   4xx
     │   │   ├── UnauthorizedError               401 to a fresh token (also an
     │   │   │                                   AuthenticationError): the job stops
+    │   │   ├── ForbiddenError                  403: this caller is refused, most likely
+    │   │   │                                   its IP address is not on the account's
+    │   │   │                                   allow-list (also an AuthenticationError)
     │   │   └── RateLimitedError                429
     │   └── ServerStatusError                   5xx
     │       └── ServiceUnavailableError         503
@@ -58,6 +61,7 @@ __all__ = [
     "DispatchError",
     "EventLoopError",
     "FailedRecipientsError",
+    "ForbiddenError",
     "InputError",
     "InvalidRecipientError",
     "MalformedResponseError",
@@ -193,6 +197,27 @@ class UnauthorizedError(ClientStatusError, AuthenticationError):
     """A 401 that a fresh token did not cure: the service refuses this client."""
 
 
+class ForbiddenError(ClientStatusError, AuthenticationError):
+    """A 403: the service refuses this caller, whatever the token or secret.
+
+    The service reports ``IP address is not allowed`` when the caller's address is not
+    on the account's allow-list: the provider must add it. Retrying cannot help, so a
+    job stops here, as for a refused secret.
+    """
+
+    @classmethod
+    def for_status(cls, headers: Mapping[str, str], body: str = "") -> ForbiddenError:
+        """The error for a 403 answer; *body* an excerpt already made safe to keep."""
+        kept = {k: v for k, v in headers.items() if k.lower() in _SAFE_HEADERS}
+        return cls(_FORBIDDEN, status=403, headers=kept, body=body)
+
+
+_FORBIDDEN = (
+    "the service refused this caller (HTTP 403): most likely this machine's IP address "
+    "is not on the account's allow-list; ask the provider to add it"
+)
+
+
 class RateLimitedError(ClientStatusError):
     """A 429; ``retry_after`` is the wait the service asked for, in seconds, if any."""
 
@@ -279,6 +304,8 @@ def status_error(
             cls = StatusError
     excerpt = redacted(body[: BODY_EXCERPT_CHARS * 4].decode("utf-8", "replace"), secrets)
     excerpt = excerpt[:BODY_EXCERPT_CHARS]
+    if status == 403:
+        return ForbiddenError.for_status(headers, excerpt)
     kept = {k: v for k, v in headers.items() if k.lower() in _SAFE_HEADERS}
     message = (
         "the service refused a fresh access token (HTTP 401)"

@@ -13,7 +13,7 @@ import logging
 import re
 from collections import Counter, defaultdict, deque
 from collections.abc import Mapping, Sequence
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from typing import Any
 
 from ._columns import Complement
@@ -37,6 +37,8 @@ _NO_REASON = "the service gave no reason"
 _ID = itemgetter("id")
 _NUMBER = itemgetter("number")
 _REASON = itemgetter("reason")
+_SESSION = methodcaller("get", "session_id")
+_SESSION_TYPES = frozenset({str, type(None)})
 
 
 def result_from_error(
@@ -73,7 +75,13 @@ def result_from_answer(
         if where is not None:
             return _quick_result(
                 chunk,
-                (data.ids, data.valid_numbers, data.invalid_numbers, data.reasons),
+                (
+                    data.ids,
+                    data.valid_numbers,
+                    data.invalid_numbers,
+                    data.reasons,
+                    data.session_ids,
+                ),
                 where,
                 requests=requests,
                 retries=retries,
@@ -98,7 +106,7 @@ def result_from_answer(
     return _careful_match(chunk, valid, invalid, requests=requests, retries=retries)
 
 
-_Columns = tuple[Sequence[str], Sequence[str], list[str], list[str]]
+_Columns = tuple[Sequence[str], Sequence[str], list[str], list[str], Sequence[str | None] | None]
 #: The input positions of an answer's valid and invalid entries, in their order.
 _Where = tuple[Sequence[int], Sequence[int]]
 
@@ -106,10 +114,10 @@ _Where = tuple[Sequence[int], Sequence[int]]
 def _quick_result(
     chunk: Chunk, columns: _Columns, where: _Where, *, requests: int, retries: int
 ) -> DispatchResult:
-    ids, valid_numbers, invalid_numbers, reasons = columns
+    ids, valid_numbers, invalid_numbers, reasons, session_ids = columns
     return DispatchResult(
         chunk.positions,
-        valid_messages(ids, valid_numbers, where[0], chunk.refs),
+        valid_messages(ids, valid_numbers, where[0], chunk.refs, session_ids),
         _invalid(chunk, invalid_numbers, reasons, where[1]),
         requests=requests,
         retries=retries,
@@ -129,7 +137,8 @@ def _invalid(
 
 
 def _columns(valid: list[Any], invalid: list[Any]) -> _Columns | None:
-    """(ids, valid numbers, invalid numbers, reasons) if every entry has them as strings.
+    """(ids, valid numbers, invalid numbers, reasons, session ids) if every entry has the
+    first four as strings; session ids are kept where they are strings, else None.
 
     The ids and numbers are tuples: the part keeps them until the job's end, and the
     garbage collector stops tracking a tuple of strings (see ``_Outcomes``).
@@ -149,7 +158,18 @@ def _columns(valid: list[Any], invalid: list[Any]) -> _Columns | None:
         return None
     if "" in ids:
         return None
-    return ids, valid_numbers, invalid_numbers, reasons
+    return ids, valid_numbers, invalid_numbers, reasons, _session_ids(valid)
+
+
+def _session_ids(valid: list[dict[str, Any]]) -> Sequence[str | None] | None:
+    """Each entry's ``session_id`` if a string, else None; None if no entry has one."""
+    sessions = tuple(map(_SESSION, valid))
+    kinds = set(map(type, sessions))
+    if str not in kinds:
+        return None
+    if kinds <= _SESSION_TYPES:
+        return sessions
+    return tuple(s if type(s) is str else None for s in sessions)
 
 
 def _match(
@@ -245,7 +265,7 @@ def _careful_match(
                     return candidate
         return None
 
-    outcomes: dict[int, tuple[str, str]] = {}
+    outcomes: dict[int, tuple[str, str, str | None]] = {}
     broken: dict[int, DispatchError] = {}
     unexpected: list[Mapping[str, Any]] = []
     for entry, kind in [(e, "valid") for e in valid] + [(e, "invalid") for e in invalid]:
@@ -256,16 +276,26 @@ def _careful_match(
         if kind == "valid":
             message_id = entry.get("id")
             if type(message_id) is str and message_id:
-                outcomes[claimed_at] = ("valid", message_id)
+                session = entry.get("session_id")
+                outcomes[claimed_at] = (
+                    "valid",
+                    message_id,
+                    session if type(session) is str else None,
+                )
             else:
                 broken[claimed_at] = MalformedResponseError(
                     "the service listed this recipient as valid without a usable id"
                 )
         else:
             reason = entry.get("reason")
-            outcomes[claimed_at] = ("invalid", reason if type(reason) is str else _NO_REASON)
+            outcomes[claimed_at] = (
+                "invalid",
+                reason if type(reason) is str else _NO_REASON,
+                None,
+            )
 
     ids: list[str] = []
+    session_ids: list[str | None] = []
     valid_numbers: list[str] = []
     valid_positions: list[int] = []
     invalid_numbers: list[str] = []
@@ -282,6 +312,7 @@ def _careful_match(
             failures.append(FailedRecipient(recipient, error, True, position))
         elif outcome[0] == "valid":
             ids.append(outcome[1])
+            session_ids.append(outcome[2])
             valid_numbers.append(given[index])
             valid_positions.append(position)
         else:
@@ -298,7 +329,13 @@ def _careful_match(
         )
     return DispatchResult(
         chunk.positions,
-        valid_messages(ids, valid_numbers, valid_positions, refs),
+        valid_messages(
+            ids,
+            valid_numbers,
+            valid_positions,
+            refs,
+            session_ids if any(s is not None for s in session_ids) else None,
+        ),
         _invalid(chunk, invalid_numbers, reasons, invalid_positions),
         failures,
         unexpected,

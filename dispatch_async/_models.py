@@ -74,14 +74,18 @@ class Fallback:
 class ValidMessage:
     """A recipient the service accepted; ``number`` is as the caller gave it.
 
-    ``position`` is the recipient's index in the caller's input, ``ref`` the
-    ``Recipient.ref`` it was given with (None without one).
+    ``id`` is the message's id, which the service's delivery callbacks call
+    ``reference``. ``position`` is the recipient's index in the caller's input, ``ref``
+    the ``Recipient.ref`` it was given with (None without one). ``session_id`` is the
+    conversational session the service opened (webhook and template sends), None for
+    basic and single or when the answer has none.
     """
 
     id: str
     number: str
     position: int
     ref: Any = None
+    session_id: str | None = None
 
 
 @attrs.frozen
@@ -132,21 +136,23 @@ class _Outcomes(Sequence[_T], Generic[_T]):
     collection until the job ends.
     """
 
-    __slots__ = ("_first", "_make", "_positions", "_refs", "_second")
+    __slots__ = ("_first", "_make", "_positions", "_refs", "_second", "_third")
 
     def __init__(
         self,
-        make: Callable[[str, str, int, Any], _T],
+        make: Callable[..., _T],
         first: Sequence[str],
         second: Sequence[str],
         positions: Sequence[int],
         refs: Mapping[int, Any] = NO_REFS,
+        third: Sequence[str | None] | None = None,
     ) -> None:
         self._make = make
         self._first = first
         self._second = second
         self._positions = positions
         self._refs = refs
+        self._third = third  # an optional last field of each outcome (a session id)
 
     def __len__(self) -> int:
         return len(self._first)
@@ -161,6 +167,7 @@ class _Outcomes(Sequence[_T], Generic[_T]):
     @overload
     def __getitem__(self, index: slice) -> Sequence[_T]: ...
     def __getitem__(self, index: int | slice) -> _T | Sequence[_T]:
+        third = self._third
         if isinstance(index, slice):
             return type(self)(
                 self._make,
@@ -168,16 +175,20 @@ class _Outcomes(Sequence[_T], Generic[_T]):
                 self._second[index],
                 self._positions[index],
                 self._refs,
+                None if third is None else third[index],
             )
         position = self._positions[index]
-        return self._make(
-            self._first[index], self._second[index], position, self._refs.get(position)
-        )
+        ref = self._refs.get(position)
+        if third is None:
+            return self._make(self._first[index], self._second[index], position, ref)
+        return self._make(self._first[index], self._second[index], position, ref, third[index])
 
     def __iter__(self) -> Iterator[_T]:
         positions = self._positions
         refs = map(self._refs.get, positions) if self._refs else repeat(None)
-        return map(self._make, self._first, self._second, positions, refs)
+        if self._third is None:
+            return map(self._make, self._first, self._second, positions, refs)
+        return map(self._make, self._first, self._second, positions, refs, self._third)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence):
@@ -210,6 +221,12 @@ class ValidMessages(_Outcomes[ValidMessage]):
     def numbers(self) -> Sequence[str]:
         return self._second
 
+    @property
+    def session_ids(self) -> Sequence[str | None]:
+        """Each message's ``session_id`` (None where the answer gave none)."""
+        third = self._third
+        return third if third is not None else _Nones(len(self._first))
+
 
 class InvalidMessages(_Outcomes[InvalidMessage]):
     """``result.invalid``: a sequence of ``InvalidMessage``, and its columns."""
@@ -230,9 +247,11 @@ def valid_messages(
     numbers: Sequence[str],
     positions: Sequence[int],
     refs: Mapping[int, Any] = NO_REFS,
+    session_ids: Sequence[str | None] | None = None,
 ) -> ValidMessages:
-    """Accepted recipients as a sequence, from parallel id, number and position columns."""
-    return ValidMessages(ValidMessage, ids, numbers, positions, refs)
+    """Accepted recipients as a sequence, from parallel id, number and position columns
+    (and session ids: None when no answer gave any)."""
+    return ValidMessages(ValidMessage, ids, numbers, positions, refs, session_ids)
 
 
 def invalid_messages(
@@ -320,7 +339,7 @@ def merge_results(
         positions = range(ordered[0].positions.start if ordered else 0, end)
     return DispatchResult(
         positions,
-        valid_messages(*valid.columns()),
+        valid_messages(*valid.columns(), valid.third()),
         invalid_messages(*invalid.columns()),
         failed,
         unexpected,
@@ -337,6 +356,7 @@ class _Columns:
         self.second: list[Sequence[str]] = []
         self.positions: list[Sequence[int]] = []
         self.refs: list[Mapping[int, Any]] = []
+        self.thirds: list[Sequence[str | None] | None] = []
 
     def extend(self, items: Sequence[Any]) -> None:
         if isinstance(items, _Outcomes):
@@ -345,6 +365,7 @@ class _Columns:
             self.first.append(items._first)
             self.second.append(items._second)
             self.positions.append(items._positions)
+            self.thirds.append(items._third)
             if items._refs and not any(r is items._refs for r in self.refs):
                 self.refs.append(items._refs)
             return
@@ -353,9 +374,21 @@ class _Columns:
         self.first.append(tuple(row[0] for row in rows))
         self.second.append(tuple(row[1] for row in rows))
         self.positions.append(tuple(row[2] for row in rows))
+        self.thirds.append(tuple(row[4] for row in rows) if rows and len(rows[0]) > 4 else None)
         refs = {row[2]: row[3] for row in rows if row[3] is not None}
         if refs:
             self.refs.append(refs)
+
+    def third(self) -> Sequence[str | None] | None:
+        """The parts' last columns joined, None-filled where a part has none; None if none has."""
+        if all(third is None for third in self.thirds):
+            return None
+        return _joined(
+            [
+                _Nones(len(first)) if third is None else third
+                for first, third in zip(self.first, self.thirds, strict=True)
+            ]
+        )
 
     def columns(
         self,
@@ -366,6 +399,31 @@ class _Columns:
         elif self.refs:
             refs = {p: r for mapping in self.refs for p, r in mapping.items()}
         return _joined(self.first), _joined(self.second), _joined(self.positions), refs
+
+
+class _Nones(Sequence[None]):
+    """*length* Nones, holding nothing per item."""
+
+    __slots__ = ("_length",)
+
+    def __init__(self, length: int) -> None:
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> None: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[None]: ...
+    def __getitem__(self, index: int | slice) -> Sequence[None] | None:
+        if isinstance(index, slice):
+            return _Nones(len(range(self._length)[index]))
+        range(self._length)[index]  # raises IndexError as a tuple would
+        return None
+
+    def __iter__(self) -> Iterator[None]:
+        return repeat(None, self._length)
 
 
 def _joined(parts: list[Sequence[_S]]) -> Sequence[_S]:

@@ -7,12 +7,14 @@ each), so what it reports is what a send with the same options would do.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
 
 from ._batch import BatchSettings
+from ._endpoints import basic_text_warning
 from ._models import InvalidMessage, invalid_messages
 from ._recipients import BadChunkError, Chunk, Recipients, check_shape, chunked
 from ._screen import Screen
@@ -39,15 +41,22 @@ class PlannedChunk:
 
 
 async def plan(
-    recipients: Recipients, **options: Unpack[BatchOptions]
+    recipients: Recipients,
+    *,
+    basic_text: str | None = None,
+    **options: Unpack[BatchOptions],
 ) -> AsyncGenerator[PlannedChunk, None]:
     """Check and screen *recipients* chunk by chunk as a send would; send nothing.
 
     Takes the batcher options of a send (``chunk_size``, ``dedupe``, ``prevalidate``,
     ``region``; the others have nothing to do without sending). A bad recipient raises
     ``InvalidRecipientError`` as it would in a send: for a list before the first chunk,
-    for a stream after the chunks read before it.
+    for a stream after the chunks read before it. With *basic_text*, the text of a
+    ``send_basic``, a text too long for RCS basic gives a ``UserWarning``
+    (`basic_text_warning`), not an error.
     """
+    if basic_text is not None and (warning := basic_text_warning(basic_text)) is not None:
+        warnings.warn(warning, UserWarning, stacklevel=2)
     settings = BatchSettings(**options)
     check_shape(recipients)
     screen = Screen(

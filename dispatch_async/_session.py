@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
 import platform
 import warnings
 from collections.abc import AsyncGenerator, Callable, Iterable
@@ -14,9 +15,9 @@ import aiohttp
 import attrs
 
 from . import _instrument
-from ._auth import Secret, TokenEndpoint, TokenKeeper
+from ._auth import TOKEN_REQUESTS, Secret, TokenEndpoint, TokenKeeper, TokenRequest
 from ._batch import STOPS_THE_JOB, Batcher, BatchSettings, Flight, collected
-from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, envelope
+from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, basic_text_warning, envelope
 from ._environment import settings_from_env
 from ._exceptions import (
     CallbackError,
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DispatchSession"]
 
+log = logging.getLogger("dispatch_async")
+
 USER_AGENT = (
     f"dispatch-async/{__version__} aiohttp/{aiohttp.__version__} python/{platform.python_version()}"
 )
@@ -66,6 +69,10 @@ class DispatchSession:
     The batcher settings (``chunk_size``, ``max_concurrency``, ``dedupe``,
     ``prevalidate``, ``region``, ``deadline``, ``on_progress``) can be overridden per call.
     ``hooks`` (see `dispatch_async.instrumentation`) replace the global hooks for this session.
+    ``token_request`` is how the token request's body is encoded: ``"form"`` (the spec's),
+    ``"json"`` (the vendor's example), or ``"auto"``: the form, then JSON once if the token
+    endpoint answers 400 or 415, keeping what worked. `check_credentials` fetches a token
+    at start-up, so a wrong secret or a refused address shows before the first send.
     `with_options` gives a view with another timeout, retry policy or batch settings.
     """
 
@@ -84,8 +91,13 @@ class DispatchSession:
         token_store: TokenStore | None = None,
         rate_limiter: Limiter | None = None,
         hooks: Iterable[Hook] | None = None,
+        token_request: TokenRequest = "auto",  # noqa: S107 - an encoding, not a secret
         **batch: Unpack[BatchOptions],
     ) -> None:
+        if token_request not in TOKEN_REQUESTS:
+            raise ConfigurationError(
+                f"token_request must be one of {', '.join(TOKEN_REQUESTS)}, not {token_request!r}"
+            )
         if not isinstance(client_secret, str) or not client_secret:
             raise ConfigurationError("client_secret must be a non-empty string")
         if account is not None and (not isinstance(account, str) or not account):
@@ -109,7 +121,9 @@ class DispatchSession:
             self.base_url, timeout=self._timeout, user_agent=agent, http_session=http_session
         )
         watch = _instrument.TokenWatch(self._hooks)
-        endpoint = TokenEndpoint(self._transport, self._secret, lambda: self.retry)
+        endpoint = TokenEndpoint(
+            self._transport, self._secret, lambda: self.retry, encoding=token_request
+        )
         self._tokens = TokenKeeper(
             watch.fetching(endpoint.fetch), store=token_store, on_token=watch.kept
         )
@@ -237,7 +251,13 @@ class DispatchSession:
         account: str | None = None,
         **options: Unpack[BatchOptions],
     ) -> AsyncGenerator[DispatchResult, None]:
-        """Send *text* (``POST /api/v3/basic``), yielding a result per chunk."""
+        """Send *text* (``POST /api/v3/basic``, RCS basic: text only), yielding a result per chunk.
+
+        A text over `BASIC_TEXT_MAX_BYTES` UTF-8 bytes is sent, with a warning logged:
+        the RBM basic category carries at most that (see `basic_text_warning`).
+        """
+        if isinstance(text, str) and (warning := basic_text_warning(text)) is not None:
+            log.warning("%s", warning)
         fields = envelope(
             BASIC,
             account=account or self.account,
@@ -305,6 +325,17 @@ class DispatchSession:
     """`stream_single`'s arguments; awaited, one `DispatchResult` for every recipient."""
     send_webhook = collected(stream_webhook)
     """`stream_webhook`'s arguments; awaited, one `DispatchResult` for every recipient."""
+
+    async def check_credentials(self) -> None:
+        """Fetch an access token now (or reuse the current one), so that bad credentials
+        fail at start-up rather than on the first send.
+
+        Raises `AuthenticationError` for a refused secret, `ForbiddenError` (a kind of
+        it) when the service refuses this caller's address, and `TokenUnavailableError`
+        when the token endpoint cannot be reached.
+        """
+        self._open()
+        await self._tokens.token()
 
     async def list_templates(self) -> Any:
         """The account's templates (``GET /api/v3/templates``), as the service's JSON."""

@@ -11,7 +11,6 @@ careful path.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Annotated, Any
@@ -57,10 +56,14 @@ class Envelope:
 
 @attrs.frozen
 class TokenAnswer:
-    """The token response (spec 2.6); ``expires_in`` is None when absent or 0."""
+    """The token response (spec 2.6).
+
+    ``expires_in`` is the JSON value as sent (None when absent): the vendor documents a
+    string of unstated unit, so it is read later, leniently (`_lifetime`).
+    """
 
     access_token: str = attrs.field(repr=False)
-    expires_in: float | None = None
+    expires_in: Any = None
     token_type: str = "Bearer"  # noqa: S105 - a scheme name, not a secret
 
 
@@ -76,27 +79,6 @@ _envelope_fields = make_dict_unstructure_fn(Envelope, _converter, _cattrs_omit_i
 _converter.register_unstructure_hook(Envelope, _unstructure_envelope)
 
 
-def parse_expires_in(value: object, _: object = None) -> float | None:
-    """Seconds from ``"3600"``, ``3600`` or ``"3600.0"``; None for 0 or nothing.
-
-    Booleans, negatives, NaN, infinities and text are refused: a token whose lifetime we
-    cannot read must not be trusted for an invented one.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"expires_in must be a number of seconds, not {type(value).__name__}")
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"expires_in is not a number: {str(value)[:40]!r}") from None
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(
-            f"expires_in must be a finite, non-negative number, not {str(value)[:40]!r}"
-        )
-    return seconds or None
-
-
 def _strict_str(value: object, _: object) -> str:
     if type(value) is not str:
         raise TypeError(f"expected a string, not {type(value).__name__}")
@@ -104,7 +86,6 @@ def _strict_str(value: object, _: object) -> str:
 
 
 _converter.register_structure_hook(str, _strict_str)
-_converter.register_structure_hook(float | None, parse_expires_in)
 _converter.register_structure_hook(
     TokenAnswer,
     make_dict_structure_fn(
@@ -192,6 +173,8 @@ def decode_json(body: bytes) -> Any:
 class _Valid(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     id: Annotated[str, msgspec.Meta(min_length=1)]
     number: str
+    # Seen from the real service: null for basic and single, the conversation otherwise.
+    session_id: str | None = None
 
 
 class _Invalid(msgspec.Struct, gc=False, forbid_unknown_fields=True):
@@ -208,14 +191,16 @@ _answer_decoder = msgspec.json.Decoder(_Answer)
 _ID = attrgetter("id")
 _NUMBER = attrgetter("number")
 _REASON = attrgetter("reason")
+_SESSION = attrgetter("session_id")
 
 
 @attrs.frozen
 class AnswerColumns:
     """A dispatch answer of the expected shape, as columns; ``body`` for the careful path.
 
-    Every id is a non-empty string and every number and reason a string. The ids stay
-    in the decoded entries until someone reads them (``_columns.Column``); the numbers
+    Every id is a non-empty string, every number and reason a string, every session id
+    a string or None. The ids and session ids stay in the decoded entries until someone
+    reads them (``_columns.Column``); the numbers
     are a tuple, which the garbage collector stops tracking (see ``_models._Outcomes``).
     """
 
@@ -223,6 +208,7 @@ class AnswerColumns:
     valid_numbers: tuple[str, ...]
     invalid_numbers: list[str]
     reasons: list[str]
+    session_ids: Sequence[str | None]
     body: bytes = attrs.field(repr=False)
 
 
@@ -238,5 +224,6 @@ def decode_answer(body: bytes) -> AnswerColumns | Any:
         tuple(map(_NUMBER, valid)),
         list(map(_NUMBER, invalid)),
         list(map(_REASON, invalid)),
+        Column(valid, _SESSION),
         body,
     )

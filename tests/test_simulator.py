@@ -522,7 +522,7 @@ class TestTemplatesListing:
             assert resp.status == 200
             answer = await resp.json()
 
-        assert {"id": "pix_reminder", "name": "PIX payment reminder", "channel": "whatsapp"} in (
+        assert {"id": "pix_reminder", "name": "PIX payment reminder", "channel": "rcs"} in (
             answer["templates"]
         )
         assert server.stats.requests == 1

@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .conftest import SECRET
@@ -94,9 +95,23 @@ async def test_refused_credentials_are_502(
     web: httpx.AsyncClient, server: FakeDispatchServer
 ) -> None:
     server.script_token(Fault.status(401))
+    server.expire_tokens()  # the token checked at start-up is refused: a new one is asked for
     answer = await remind(web)
     assert answer.status_code == 502
     assert answer.json()["detail"] == "messaging is misconfigured"
+
+
+async def test_refused_credentials_fail_the_start_up_before_any_request(
+    server: FakeDispatchServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DISPATCH_BASE_URL", server.url)
+    monkeypatch.setenv("DISPATCH_CLIENT_SECRET", "not-the-secret")
+    app = fastapi_app.app
+    with pytest.raises(da.AuthenticationError):
+        async with app.router.lifespan_context(app):
+            pass
+    assert server.stats.token_calls == 1
+    assert server.stats.requests == 0
 
 
 def test_the_guide_shows_the_example_as_type_checked() -> None:

@@ -9,7 +9,7 @@ code.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 __all__ = [
@@ -104,11 +104,13 @@ def dispatch_answer(
     *,
     digits_only: bool = False,
     drop_ids: bool = False,
-) -> dict[str, list[dict[str, str]]]:
+    take_sessions: Callable[[int], Sequence[str | None]] | None = None,
+) -> dict[str, Any]:
     """The 200 body for ``numbers``: valid ones with a fresh id, the others with a reason.
 
     Both lists keep input order. ``digits_only`` and ``drop_ids`` are the deliberate
-    distortions used by faults.
+    distortions used by faults. ``take_sessions`` gives each valid one a ``session_id``
+    (as the real service does: null for basic and single); None leaves the field out.
     """
     accepted: list[str] = []
     rejected: list[dict[str, str]] = []
@@ -125,6 +127,7 @@ def dispatch_answer(
         accepted = [strip("", number) for number in accepted]
         for item in rejected:
             item["number"] = strip("", item["number"])
+    valid_messages: list[dict[str, str | None]]
     if drop_ids:
         valid_messages = [{"number": number} for number in accepted]
     else:
@@ -132,6 +135,10 @@ def dispatch_answer(
             {"id": id_, "number": number}
             for id_, number in zip(take_ids(len(accepted)), accepted, strict=True)
         ]
+    if take_sessions is not None and not drop_ids:
+        sessions = take_sessions(len(valid_messages))
+        for message, session in zip(valid_messages, sessions, strict=True):
+            message["session_id"] = session
     return {"validMessages": valid_messages, "invalidMessages": rejected}
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Literal, Self
 
 import attrs
 import orjson
@@ -26,8 +26,8 @@ __all__ = ["DEFAULT_TEMPLATES", "FakeDispatchServer"]
 #: What ``GET /api/v3/templates`` lists unless told otherwise. The spec does not show this
 #: response; the shape is the simulator's choice: ``{"templates": [<these objects>]}``.
 DEFAULT_TEMPLATES: Final[tuple[Mapping[str, str], ...]] = (
-    {"id": "pix_reminder", "name": "PIX payment reminder", "channel": "whatsapp"},
-    {"id": "order_shipped", "name": "Order shipped", "channel": "whatsapp"},
+    {"id": "pix_reminder", "name": "PIX payment reminder", "channel": "rcs"},
+    {"id": "order_shipped", "name": "Order shipped", "channel": "rcs"},
     {"id": "otp_code", "name": "One-time code", "channel": "sms"},
 )
 
@@ -37,6 +37,8 @@ _JSON: Final = "application/json"
 # stuck somewhere the simulator does not control (e.g. a client trickling a body).
 _SHUTDOWN_TIMEOUT: Final = 0.25
 _RELEVANT_HEADERS: Final = ("User-Agent", "X-Auth-Type", "Accept", "Content-Type")
+#: The endpoints whose messages open a conversational session (a session_id).
+_CONVERSATIONAL: Final = frozenset({"webhook", "template"})
 
 
 class _Unset(enum.Enum):
@@ -60,8 +62,12 @@ class FakeDispatchServer:
     ``server.url``. Everything it saw is in ``server.stats``; faults are queued with
     `script`, `script_for` and `script_token`.
 
-    The spec shows no error answers, so these are the simulator's. Token endpoint: 400
-    ``{"error": "unsupported_grant_type"}``, 401 ``{"error": "invalid_client"}``. Under
+    The spec shows no error answers, so these are the simulator's, except the 403 that
+    integrations of the real service report. With ``allowed_ips``, a caller from another
+    address gets 403 ``{"message": "IP address is not allowed: <ip>"}`` on the token
+    endpoint and under ``/api/v3``. Token endpoint: 400 ``{"error":
+    "unsupported_grant_type"}`` (also for a body in an encoding ``token_body`` does not
+    read), 401 ``{"error": "invalid_client"}``. Under
     ``/api/v3``, checked in this order: 401 ``{"error": "invalid_token"}`` (missing,
     unknown, expired or revoked token); 400 ``invalid_auth_type`` (X-Auth-Type other than
     JWT); 415 (body not declared JSON); 400 ``invalid_json``, ``invalid_body``,
@@ -84,6 +90,15 @@ class FakeDispatchServer:
         fast_ids: number the message ids instead of drawing them (benchmarks).
         max_body_bytes: largest request body accepted (413 beyond).
         templates: what the templates listing returns.
+        jwt_tokens: issue signed JWTs with ``iat`` and ``exp`` claims (as the real service
+            is inferred to, from its ``X-Auth-Type: JWT``) instead of opaque tokens.
+        token_body: what the token endpoint reads: ``"form"`` (the spec's
+            x-www-form-urlencoded body), ``"json"`` (a JSON object, whatever the declared
+            type, as the vendor's example sends it), or ``"any"``.
+        allowed_ips: the only caller addresses served (an account's IP allow-list);
+            None serves every caller.
+        session_ids: give each valid message a ``session_id``, as the real service
+            does: null for basic and single, a conversation id for webhook and template.
         rate_limit: dispatch requests a second allowed per account (a token bucket with
             a burst of one second's worth); beyond it, 429 with ``Retry-After`` in
             seconds (decimals) and nothing acted on. None, the default, has no limit.
@@ -110,8 +125,18 @@ class FakeDispatchServer:
         max_body_bytes: int = 64 * 1024 * 1024,
         templates: Sequence[Mapping[str, str]] = DEFAULT_TEMPLATES,
         rate_limit: float | None = None,
+        jwt_tokens: bool = False,
+        token_body: Literal["form", "json", "any"] = "form",  # noqa: S107 - not a secret
+        allowed_ips: Collection[str] | None = None,
+        session_ids: bool = True,
     ) -> None:
+        if token_body not in ("form", "json", "any"):
+            raise ValueError(f"token_body must be form, json or any, not {token_body!r}")
         self.client_secret = client_secret
+        self.jwt_tokens = jwt_tokens
+        self.token_body = token_body
+        self.allowed_ips = None if allowed_ips is None else frozenset(allowed_ips)
+        self.session_ids = session_ids
         self.token_lifetime = token_lifetime
         self.expires_in = expires_in
         self.latency = latency
@@ -264,7 +289,7 @@ class FakeDispatchServer:
 
     def issue_token(self) -> str:
         """A valid token without going through ``/oauth/token`` (not counted in stats)."""
-        return self._tokens.issue(self.token_lifetime)
+        return self._tokens.issue(self.token_lifetime, jwt=self.jwt_tokens)
 
     def expire_tokens(self) -> None:
         """Expire every token issued so far, as if their lifetime had passed."""
@@ -357,7 +382,10 @@ class FakeDispatchServer:
 
     async def _token(self, request: web.Request) -> web.StreamResponse:
         self.stats.token_calls += 1
-        form = await request.post()
+        refused = self._refuse_caller(request)
+        if refused is not None:
+            return refused
+        form = await self._token_fields(request)
         fault = self._faults.for_token()
         if fault is not None:
             self.stats.faults_injected += 1
@@ -369,7 +397,7 @@ class FakeDispatchServer:
         if form.get("client_secret") != self.client_secret:
             return _json(401, {"error": "invalid_client"})
         body: dict[str, object] = {
-            "access_token": self._tokens.issue(self.token_lifetime),
+            "access_token": self._tokens.issue(self.token_lifetime, jwt=self.jwt_tokens),
             "token_type": "Bearer",
         }
         self.stats.tokens_issued += 1
@@ -378,6 +406,26 @@ class FakeDispatchServer:
         elif self.expires_in is not None:
             body["expires_in"] = self.expires_in
         return _json(200, body, headers={"Cache-Control": "no-store"})
+
+    async def _token_fields(self, request: web.Request) -> Mapping[str, object]:
+        """The token request's fields, read as ``token_body`` says; empty if unreadable."""
+        raw = await request.read()
+        reads = self.token_body
+        if reads == "form" or (reads == "any" and not raw.lstrip().startswith(b"{")):
+            return await request.post()
+        try:
+            fields = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return {}
+        return fields if isinstance(fields, dict) else {}
+
+    def _refuse_caller(self, request: web.Request) -> web.Response | None:
+        """The 403 for a caller outside ``allowed_ips``, else None."""
+        allowed = self.allowed_ips
+        if allowed is None or request.remote in allowed:
+            return None
+        self.stats.forbidden += 1
+        return _json(403, {"message": f"IP address is not allowed: {request.remote}"})
 
     async def _token_fault(self, request: web.Request, fault: Fault) -> web.Response | None:
         match fault.kind:
@@ -400,6 +448,9 @@ class FakeDispatchServer:
 
     def _authenticate(self, request: web.Request) -> str | web.Response:
         """The presented token if usable, else the answer refusing the request."""
+        refused = self._refuse_caller(request)
+        if refused is not None:
+            return refused
         token = _bearer_token(request.headers.get("Authorization"))
         state = self._tokens.check(token)
         if state is TokenState.VALID:
@@ -472,7 +523,7 @@ class FakeDispatchServer:
         fault = self._faults.for_dispatch(endpoint, numbers)
         if fault is None:
             self._act(endpoint, numbers)
-            return _json(200, dispatch_answer(numbers, self._ids.take))
+            return _json(200, self._answer(endpoint, numbers))
         self.stats.faults_injected += 1
         return await self._apply(fault, request, endpoint, numbers, auth)
 
@@ -498,12 +549,18 @@ class FakeDispatchServer:
             case FaultKind.WRONG_SHAPE:
                 if fault.body is not None:
                     return _raw(200, fault.body, _JSON)
-                return _json(200, dispatch_answer(numbers, self._ids.take, drop_ids=True))
+                return _json(200, self._answer(endpoint, numbers, drop_ids=True))
             case FaultKind.OMIT:
                 numbers = numbers[: max(0, len(numbers) - fault.count)]
             case FaultKind.DIGITS_ONLY:
-                return _json(200, dispatch_answer(numbers, self._ids.take, digits_only=True))
-        return _json(200, dispatch_answer(numbers, self._ids.take))
+                return _json(200, self._answer(endpoint, numbers, digits_only=True))
+        return _json(200, self._answer(endpoint, numbers))
+
+    def _answer(self, endpoint: str, numbers: list[str], **distortions: bool) -> object:
+        sessions: Callable[[int], Sequence[str | None]] | None = None
+        if self.session_ids:
+            sessions = self._ids.take if endpoint in _CONVERSATIONAL else _no_sessions
+        return dispatch_answer(numbers, self._ids.take, take_sessions=sessions, **distortions)
 
     def _act(self, endpoint: str, numbers: list[str]) -> None:
         stats = self.stats
@@ -525,6 +582,10 @@ class FakeDispatchServer:
             except TimeoutError:
                 return
         raise _drop(request)
+
+
+def _no_sessions(count: int) -> list[str | None]:
+    return [None] * count
 
 
 def _drop(request: web.Request) -> _Dropped:

@@ -106,6 +106,36 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="dispatch requests/s allowed per account; beyond it 429 with Retry-After "
         '(change it while running: PUT /_rate_limit {"rate": R})',
     )
+    parser.add_argument(
+        "--jwt-tokens",
+        action="store_true",
+        help="issue JWTs with iat/exp claims, not opaque tokens",
+    )
+    parser.add_argument(
+        "--expires-in",
+        default=None,
+        metavar="VALUE",
+        help='the token answer\'s expires_in as this text (e.g. "1h", "<time>") '
+        "instead of the lifetime in seconds",
+    )
+    parser.add_argument(
+        "--token-body",
+        choices=("form", "json", "any"),
+        default="form",
+        help="what the token endpoint reads (default: %(default)s, the spec's)",
+    )
+    parser.add_argument(
+        "--allow-ip",
+        action="append",
+        default=None,
+        metavar="ADDRESS",
+        help="serve only these callers, 403 to others (an IP allow-list), repeatable",
+    )
+    parser.add_argument(
+        "--no-session-ids",
+        action="store_true",
+        help="leave session_id out of accepted messages (the spec's bare answer)",
+    )
     parser.epilog = (
         "GET /_stats answers the simulator's counters as JSON; they are also printed to "
         "stderr when it stops. Both are the simulator's, not part of the service."
@@ -134,6 +164,11 @@ def main(
             random_retry_after=args.random_retry_after,
             fast_ids=args.fast_ids,
             rate_limit=args.rate_limit,
+            jwt_tokens=args.jwt_tokens,
+            token_body=args.token_body,
+            allowed_ips=args.allow_ip,
+            session_ids=not args.no_session_ids,
+            **({} if args.expires_in is None else {"expires_in": args.expires_in}),
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -44,6 +44,8 @@ class ServerStats:
     expired_token_uses: int = 0
     #: ``/api/v3`` requests with a revoked token.
     revoked_token_uses: int = 0
+    #: 403s answered to callers outside the server's ``allowed_ips``.
+    forbidden: int = 0
     #: 429s answered because an account went over the server's ``rate_limit``.
     rate_limited: int = 0
     #: Faults applied, scripted or random.

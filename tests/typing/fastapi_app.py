@@ -20,6 +20,8 @@ class Dispatch:
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         async with da.DispatchSession.from_env() as session:
+            # A refused secret or address fails the start-up, not the first request.
+            await session.check_credentials()
             # A request has 2 s per attempt, one retry and 5 s in all; the token,
             # the connections and the rate limit stay the session's.
             self._session = session.with_options(
