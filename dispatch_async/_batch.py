@@ -20,10 +20,10 @@ from typing import Any, ParamSpec, TypedDict, cast
 
 import attrs
 
+from ._arguments import check_arguments
 from ._exceptions import (
     AuthenticationError,
     CallbackError,
-    ConfigurationError,
     DeadlineExceededError,
     DispatchError,
     InputError,
@@ -49,18 +49,6 @@ ProgressCallback = Callable[[int, int | None], object]
 BeforeSend = Callable[[range], Awaitable[object]]
 
 
-def _positive(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{attribute.name} must be a positive integer, not {value!r}")
-
-
-def _optional_seconds(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-    ):
-        raise ConfigurationError(f"{attribute.name} must be a positive number of seconds")
-
-
 @attrs.frozen
 class BatchSettings:
     """How a call is split and sent; every field can be overridden per call.
@@ -73,14 +61,17 @@ class BatchSettings:
     ``CallbackError``.
     """
 
-    chunk_size: int = attrs.field(default=1000, validator=_positive)
-    max_concurrency: int = attrs.field(default=8, validator=_positive)
+    chunk_size: int = 1000
+    max_concurrency: int = 8
     dedupe: bool = False
     prevalidate: bool = False
     region: str | None = None
-    deadline: float | None = attrs.field(default=None, validator=_optional_seconds)
+    deadline: float | None = None
     on_progress: ProgressCallback | None = None
     before_send: BeforeSend | None = None
+
+    def __attrs_post_init__(self) -> None:  # made, and made again by attrs.evolve
+        check_arguments(attrs.asdict(self, recurse=False))
 
 
 class BatchOptions(TypedDict, total=False):

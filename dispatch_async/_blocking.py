@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import aiohttp
 
+from ._arguments import check_arguments
 from ._auth import Secret
 from ._exceptions import ConfigurationError, EventLoopError, SessionClosedError
 from ._models import DispatchResult
@@ -292,8 +293,9 @@ class DispatchClient:
         hooks: Iterable[Hook] | None = None,
         **batch: Unpack[BatchOptions],
     ) -> None:
+        check_arguments({k: v for k, v in locals().items() if k not in ("self", "batch")})
         # The secret is kept masked: a traceback that shows locals reprs what the client holds.
-        secret = Secret(client_secret)  # the session checks it, at once, below
+        secret = Secret(client_secret)
         options = partial(
             DispatchSession,
             base_url,

@@ -14,13 +14,13 @@ import aiohttp
 import attrs
 
 from . import _instrument
+from ._arguments import check_arguments
 from ._auth import Secret, TokenEndpoint, TokenKeeper
 from ._batch import STOPS_THE_JOB, Batcher, BatchSettings, Flight, collected
 from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, envelope
 from ._environment import settings_from_env
 from ._exceptions import (
     CallbackError,
-    ConfigurationError,
     DispatchError,
     status_error,
 )
@@ -32,7 +32,7 @@ from ._retry import RetryPolicy, parse_retry_after, retrying
 from ._screen import without_unencodable
 from ._throttle import Limiter, Throttle
 from ._token_store import TokenStore
-from ._transport import Transport, check_base_url, client_timeout, has_control_characters
+from ._transport import Transport, check_base_url, client_timeout
 from ._version import __version__
 from ._wire import Envelope, UnencodableError, decode_answer, decode_json, encode_dispatch
 from .instrumentation import Hook
@@ -86,10 +86,7 @@ class DispatchSession:
         hooks: Iterable[Hook] | None = None,
         **batch: Unpack[BatchOptions],
     ) -> None:
-        if not isinstance(client_secret, str) or not client_secret:
-            raise ConfigurationError("client_secret must be a non-empty string")
-        if account is not None and (not isinstance(account, str) or not account):
-            raise ConfigurationError("account must be a non-empty string")
+        check_arguments({k: v for k, v in locals().items() if k not in ("self", "batch")})
         self._secret = Secret(client_secret)
         self.base_url = check_base_url(base_url)
         self.account = account
@@ -102,8 +99,6 @@ class DispatchSession:
         )
         self._shared = (token_store, rate_limiter)  # closed with the session
         agent = user_agent or USER_AGENT
-        if has_control_characters(agent):
-            raise ConfigurationError("user_agent must not contain control characters")
         self._timeout = client_timeout(timeout)
         self._transport = Transport(
             self.base_url, timeout=self._timeout, user_agent=agent, http_session=http_session
@@ -149,6 +144,7 @@ class DispatchSession:
         connection pool, rate limit and hooks, and costs one shallow copy, so a web
         handler can make one per request. Closing a view does nothing: close the session.
         """
+        check_arguments({"retry": retry, **({} if timeout is None else {"timeout": timeout})})
         view = copy.copy(self)
         view._owns = False
         if timeout is not None:

@@ -71,11 +71,12 @@ def check_base_url(base_url: str | URL) -> URL:
 
 
 def client_timeout(timeout: float | aiohttp.ClientTimeout) -> aiohttp.ClientTimeout:
-    """Seconds for one whole request (connecting at most 10 of them), or a ClientTimeout as is."""
+    """Seconds for one whole request (connecting at most 10 of them), or a ClientTimeout as is.
+
+    *timeout* was checked with the other arguments (`_arguments`).
+    """
     if isinstance(timeout, aiohttp.ClientTimeout):
         return timeout
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ConfigurationError("timeout must be a positive number of seconds or a ClientTimeout")
     return aiohttp.ClientTimeout(total=timeout, connect=min(float(timeout), 10.0))
 
 
