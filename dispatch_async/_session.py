@@ -181,7 +181,7 @@ class DispatchSession:
             return
         if self._life.state is State.OPEN:
             self._open()  # on another loop, its tasks and sockets cannot be closed here
-        self._life.state = State.CLOSED
+        self._life.closed()  # calls under way stop, each accounting for its recipients
         await self._tokens.close()
         await self._transport.close()
         for shared in self._shared:
@@ -304,8 +304,9 @@ class DispatchSession:
 
     async def list_templates(self) -> Any:
         """The account's templates (``GET /api/v3/templates``), as the service's JSON."""
-        return await retrying(
-            self.retry, lambda: self._call("GET", "/api/v3/templates", None, Flight())
+        self._open()
+        return await self._life.unless_closed(
+            retrying(self.retry, lambda: self._call("GET", "/api/v3/templates", None, Flight()))
         )
 
     # -- internals -----------------------------------------------------------------
@@ -325,7 +326,12 @@ class DispatchSession:
         async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
             return await self._send_chunk(endpoint, fields, chunk, flight)
 
-        batcher = Batcher(recipients, settings, send if report is None else report.chunks(send))
+        batcher = Batcher(
+            recipients,
+            settings,
+            send if report is None else report.chunks(send),
+            stop_on=self._life.closing,
+        )
         return batcher.parts() if report is None else report.observe(batcher.parts(), batcher.total)
 
     async def _send_chunk(
