@@ -8,6 +8,7 @@ whether the request could have reached the service.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 
 import aiohttp
@@ -91,7 +92,10 @@ def _is_loopback(host: str) -> bool:
 
 def has_control_characters(value: str) -> bool:
     """Whether a would-be header value could split the request (CR, LF or other controls)."""
-    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+    return _CONTROL.search(value) is not None
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")  # a search in C: a header is checked per request
 
 
 class Transport:
