@@ -237,12 +237,12 @@ _TOLD_AT_MOST = 64
 
 def _dropped(name: object, problem: str) -> None:
     # The name only (a value may carry a secret), once per name, for a bounded set of them.
-    shown = repr(name)[:60] if isinstance(name, str) else f"a {type(name).__name__}"
+    shown = repr(name)[:60] if isinstance(name, str) else f"<{type(name).__name__}>"
     if shown not in _told and len(_told) < _TOLD_AT_MOST:
         _told.add(shown)
         log.warning(
             "an instrumentation hook added the header %s to ChunkSent.headers: %s; it is "
-            "left out of every request (this is logged once)",
+            "left out (this is logged once)",
             shown,
             problem,
         )
