@@ -20,13 +20,14 @@ from typing import Any, ParamSpec, TypedDict, cast
 
 import attrs
 
+from ._arguments import check_arguments
 from ._exceptions import (
     AuthenticationError,
     CallbackError,
-    ConfigurationError,
     DeadlineExceededError,
     DispatchError,
     InputError,
+    SessionClosedError,
     TokenUnavailableError,
 )
 from ._matching import result_from_error
@@ -49,18 +50,6 @@ ProgressCallback = Callable[[int, int | None], object]
 BeforeSend = Callable[[range], Awaitable[object]]
 
 
-def _positive(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{attribute.name} must be a positive integer, not {value!r}")
-
-
-def _optional_seconds(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-    ):
-        raise ConfigurationError(f"{attribute.name} must be a positive number of seconds")
-
-
 @attrs.frozen
 class BatchSettings:
     """How a call is split and sent; every field can be overridden per call.
@@ -73,14 +62,17 @@ class BatchSettings:
     ``CallbackError``.
     """
 
-    chunk_size: int = attrs.field(default=1000, validator=_positive)
-    max_concurrency: int = attrs.field(default=8, validator=_positive)
+    chunk_size: int = 1000
+    max_concurrency: int = 8
     dedupe: bool = False
     prevalidate: bool = False
     region: str | None = None
-    deadline: float | None = attrs.field(default=None, validator=_optional_seconds)
+    deadline: float | None = None
     on_progress: ProgressCallback | None = None
     before_send: BeforeSend | None = None
+
+    def __attrs_post_init__(self) -> None:  # made, and made again by attrs.evolve
+        check_arguments(attrs.asdict(self, recurse=False))
 
 
 class BatchOptions(TypedDict, total=False):
@@ -113,12 +105,24 @@ SendChunk = Callable[[Chunk, Flight], Coroutine[Any, Any, DispatchResult]]
 
 
 class Batcher:
-    """One call's worth of chunks: reads, sends, and yields a result per chunk."""
+    """One call's worth of chunks: reads, sends, and yields a result per chunk.
 
-    def __init__(self, recipients: Recipients, settings: BatchSettings, send: SendChunk) -> None:
+    When *stop_on* is done (the session closed) the job stops at once: what is in flight
+    is cancelled and, with what was read but not sent, accounted for.
+    """
+
+    def __init__(
+        self,
+        recipients: Recipients,
+        settings: BatchSettings,
+        send: SendChunk,
+        *,
+        stop_on: asyncio.Future[None] | None = None,
+    ) -> None:
         check_shape(recipients)
         self._settings = settings
         self._send = send
+        self._stop_on = stop_on
         self._screen = Screen(
             dedupe=settings.dedupe, prevalidate=settings.prevalidate, region=settings.region
         )
@@ -162,6 +166,8 @@ class Batcher:
                     waiting.add(reading)
                 if not waiting:
                     break
+                if self._stop_on is not None:
+                    waiting.add(self._stop_on)
                 timeout = None if deadline_at is None else max(deadline_at - loop.time(), 0)
                 finished, _ = await asyncio.wait(
                     waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -170,7 +176,9 @@ class Batcher:
                     if reading is not None:
                         await _cancelled(reading)
                         reading = None
-                    for part in await self._cancel(running, "the deadline passed"):
+                    for part in await self._cancel(
+                        running, DeadlineExceededError, "the deadline passed"
+                    ):
                         yield part
                     continue
                 if reading in finished:
@@ -193,6 +201,7 @@ class Batcher:
                         else:
                             queued.append(chunk_read)
                     reading = None
+                finished.discard(self._stop_on)
                 for future in finished:
                     sent = cast("asyncio.Task[DispatchResult]", future)
                     chunk, flight = running.pop(sent)
@@ -200,6 +209,15 @@ class Batcher:
                     if fatal is not None and stop is None:
                         stop = fatal
                     yield part
+                if self._stop_on is not None and self._stop_on.done():
+                    if reading is not None:
+                        await _cancelled(reading)
+                        reading = None
+                    for part in await self._cancel(
+                        running, SessionClosedError, "the session was closed"
+                    ):
+                        yield part
+                    stop = stop or SessionClosedError("the session was closed during the call")
             # What was read but never sent: not sent, and why.
             reason = stop or DeadlineExceededError("the deadline passed before this was sent")
             leftovers = list(queued)
@@ -215,13 +233,14 @@ class Batcher:
             if reading is not None:
                 await _cancelled(reading)
             if running:
-                await self._cancel(running, "the call was cancelled")
+                await self._cancel(running, DeadlineExceededError, "the call was cancelled")
             # Closed here, not left to the loop's finalizer, which would start a task for it.
             await self._chunks.aclose()
 
     async def _cancel(
         self,
         running: dict[asyncio.Task[DispatchResult], tuple[Chunk, Flight]],
+        failure: type[DeadlineExceededError | SessionClosedError],
         why: str,
     ) -> list[DispatchResult]:
         # Read before cancelling: the request's own cleanup clears in_request as it unwinds.
@@ -234,7 +253,7 @@ class Batcher:
             if not task.cancelled() and task.exception() is None:
                 parts.append(task.result())  # it finished before the cancel reached it
                 continue
-            error = DeadlineExceededError(f"{why} while this was in flight")
+            error = failure(f"{why} while this was in flight")
             error.maybe_sent = in_request[task]
             parts.append(
                 result_from_error(chunk, error, requests=flight.requests, retries=flight.retries)

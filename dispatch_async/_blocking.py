@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import aiohttp
 
+from ._arguments import check_arguments
 from ._auth import Secret, TokenRequest
 from ._exceptions import ConfigurationError, EventLoopError, SessionClosedError
 from ._models import DispatchResult
@@ -80,6 +81,7 @@ class _Loop:
         self._thread: int | None = None
         self._stack = ExitStack()
         self._closed = False
+        self._calls: set[asyncio.Task[Any]] = set()  # the calls under way, on the loop
         self.streams: weakref.WeakSet[AsyncGenerator[DispatchResult, None]] = weakref.WeakSet()
         _LOOPS.add(self)
 
@@ -104,6 +106,7 @@ class _Loop:
         With *pid* (a stream's), refuse to go on in any other process.
         """
         loop = self._loop
+        tracked = self._tracked(coroutine)
         try:
             if pid is not None and not pid == self._pid == os.getpid():
                 raise EventLoopError("this stream was started in another process")
@@ -111,9 +114,10 @@ class _Loop:
                 raise SessionClosedError("this DispatchClient is closed; create a new one")
             if threading.get_ident() == self._thread:
                 raise EventLoopError(_OWN_THREAD)  # waiting here would wait forever
-            future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+            future = asyncio.run_coroutine_threadsafe(tracked, loop)
         except BaseException:
-            coroutine.close()  # never started: no "never awaited" warning
+            tracked.close()  # never started: no "never awaited" warning
+            coroutine.close()
             raise
         try:
             return future.result()
@@ -141,15 +145,28 @@ class _Loop:
                     self._loop = self._thread = None
                     self._stack.close()  # stops the loop and joins its thread
 
+    async def _tracked(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        self._calls.add(task)
+        try:
+            return await coroutine
+        finally:
+            self._calls.discard(task)
+
     async def _closing(self) -> None:
         # Streams left half-read are closed here, each from its outermost generator: the
         # loop's own shutdown would close every nested generator at once, and report each
-        # inner one "already running". A read under way in another thread ends as the
-        # session closes (or is cancelled with the loop).
+        # inner one "already running".
         for parts in list(self.streams):
             if getattr(parts, "ag_await", None) is None:  # not mid-read
                 await parts.aclose()
         await self.session.close()
+        # Closing stopped every call under way in other threads (a read mid-stream too):
+        # each ends now with its result, or its error carrying one. Cancelled with the
+        # loop instead, a send would lose its recipients.
+        while calls := self._calls - {asyncio.current_task()}:
+            await asyncio.wait(calls)
 
     def after_fork_in_child(self) -> None:
         # Another thread may have held the lock when the parent forked: in the child it
@@ -293,8 +310,9 @@ class DispatchClient:
         token_request: TokenRequest = "auto",  # noqa: S107 - an encoding, not a secret
         **batch: Unpack[BatchOptions],
     ) -> None:
+        check_arguments({k: v for k, v in locals().items() if k not in ("self", "batch")})
         # The secret is kept masked: a traceback that shows locals reprs what the client holds.
-        secret = Secret(client_secret)  # the session checks it, at once, below
+        secret = Secret(client_secret)
         options = partial(
             DispatchSession,
             base_url,

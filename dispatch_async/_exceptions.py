@@ -40,12 +40,12 @@ partial result, accounting for every recipient read so far.
 
 from __future__ import annotations
 
-import json
-import urllib.parse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from multidict import CIMultiDict, CIMultiDictProxy
+
+from ._redaction import redacted_excerpt
 
 if TYPE_CHECKING:
     from ._models import DispatchResult
@@ -77,7 +77,6 @@ __all__ = [
     "TokenUnavailableError",
     "TransportError",
     "UnauthorizedError",
-    "redacted",
     "status_error",
 ]
 
@@ -290,7 +289,8 @@ def status_error(
 ) -> StatusError:
     """Build the error for a non-200 answer: the one place a status becomes a class.
 
-    ``secrets`` are blanked out of the body excerpt, in case the service echoes them.
+    ``secrets`` are blanked out of the body excerpt, in case the service echoes them
+    (in any standard encoding: see `_redaction`).
     """
     cls = _STATUS_CLASSES.get(status)
     if cls is None:
@@ -302,8 +302,7 @@ def status_error(
             cls = ServerStatusError
         else:
             cls = StatusError
-    excerpt = redacted(body[: BODY_EXCERPT_CHARS * 4].decode("utf-8", "replace"), secrets)
-    excerpt = excerpt[:BODY_EXCERPT_CHARS]
+    excerpt = redacted_excerpt(body, secrets, BODY_EXCERPT_CHARS)
     if status == 403:
         return ForbiddenError.for_status(headers, excerpt)
     kept = {k: v for k, v in headers.items() if k.lower() in _SAFE_HEADERS}
@@ -316,27 +315,6 @@ def status_error(
     if isinstance(error, RateLimitedError | ServiceUnavailableError):
         error.retry_after = retry_after
     return error
-
-
-def redacted(text: str, secrets: tuple[str, ...]) -> str:
-    """*text* with every secret blanked out: as it is, URL-encoded and JSON-escaped.
-
-    A service that echoes a request echoes it in the form it was sent: the token
-    request's form body is URL-encoded, a JSON body escapes quotes and backslashes.
-    """
-    for secret in secrets:
-        if not secret:
-            continue
-        forms = {
-            secret,
-            urllib.parse.quote_plus(secret),
-            urllib.parse.quote(secret, safe=""),
-            json.dumps(secret)[1:-1],
-            json.dumps(secret, ensure_ascii=False)[1:-1],
-        }
-        for form in sorted(forms, key=len, reverse=True):
-            text = text.replace(form, "***")
-    return text
 
 
 # Only these answer headers are kept on errors: nothing that could carry a credential

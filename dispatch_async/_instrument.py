@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
+import re
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
@@ -20,6 +22,7 @@ from ._batch import Flight
 from ._exceptions import DispatchError, StatusError
 from ._models import DispatchResult
 from ._recipients import Chunk
+from ._transport import has_control_characters
 from .instrumentation._events import (
     CallFinished,
     CallStarted,
@@ -45,6 +48,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+log = logging.getLogger("dispatch_async")
 
 _REFUSED = DispatchError("the service refused the access token; re-sending with a new one")
 
@@ -168,7 +173,8 @@ class _Attempt:
     def sending(self, headers: dict[str, str]) -> dict[str, str]:
         """*headers* with what hooks asked to add (trace context); starts the request's clock."""
         self.started = time.monotonic()
-        return {**self.sent.headers, **headers} if self.sent.headers else headers
+        added = self.sent.headers
+        return {**_sendable(added, headers), **headers} if added else headers
 
     def answered(self, status: int | None, failure: DispatchError | None) -> None:
         sent = self.sent
@@ -193,6 +199,53 @@ class _Attempt:
         self.answered(401, _REFUSED)
         self.sent = ChunkSent(sent.call_id, sent.endpoint, sent.start, sent.size, sent.attempt)
         emit(self.report.hooks, self.sent)
+
+
+def _sendable(added: dict[Any, Any], ours: dict[str, str]) -> dict[str, str]:
+    """The headers hooks *added* that can go out with *ours*; the others are dropped.
+
+    A hook never costs a recipient: a header that is not text, would split the request
+    or is not a header name, or that would set one of the request's own headers or its
+    framing (in any case), is left out and logged once.
+    """
+    taken = {name.lower() for name in ours}
+    sendable = {}
+    for name, value in added.items():
+        if not isinstance(name, str) or not _FIELD_NAME.fullmatch(name):
+            problem = "not a header name"
+        elif name.lower() in taken or name.lower() in _RESERVED:
+            problem = "a header the SDK or HTTP sets"
+        elif not isinstance(value, str) or has_control_characters(value):
+            problem = "a value that is not text or has control characters"
+        else:
+            sendable[name] = value
+            continue
+        _dropped(name, problem)
+    return sendable
+
+
+#: RFC 9110's field-name token.
+_FIELD_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: Set by aiohttp or the transport: a hook must not override them.
+_RESERVED = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te"}
+    | {"trailer", "upgrade", "expect", "user-agent"}
+)
+_told: set[str] = set()
+_TOLD_AT_MOST = 64
+
+
+def _dropped(name: object, problem: str) -> None:
+    # The name only (a value may carry a secret), once per name, for a bounded set of them.
+    shown = repr(name)[:60] if isinstance(name, str) else f"<{type(name).__name__}>"
+    if shown not in _told and len(_told) < _TOLD_AT_MOST:
+        _told.add(shown)
+        log.warning(
+            "an instrumentation hook added the header %s to ChunkSent.headers: %s; it is "
+            "left out (this is logged once)",
+            shown,
+            problem,
+        )
 
 
 async def _attempt(live: _Attempt, sending: Awaitable[T]) -> T:

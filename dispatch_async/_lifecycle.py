@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from ._exceptions import EventLoopError, SessionClosedError
 
 __all__ = ["Lifecycle", "State"]
+
+T = TypeVar("T")
 
 _OTHER_LOOP = (
     "this DispatchSession was opened on another event loop (each asyncio.run() starts a new "
@@ -24,10 +28,15 @@ class State(enum.Enum):
 
 
 class Lifecycle:
-    """Whether a session is open, and on which loop."""
+    """Whether a session is open, and on which loop.
+
+    ``closing`` is done once the session closes: its calls stop there, each accounting
+    for its recipients, rather than wait out a retry or fail chunk by chunk.
+    """
 
     state = State.UNOPENED
     loop: asyncio.AbstractEventLoop | None = None
+    closing: asyncio.Future[None] | None = None
 
     def open_here(self) -> bool:
         """True if open on the running loop, False if it is to be opened now.
@@ -52,4 +61,26 @@ class Lifecycle:
 
     def opened(self) -> None:
         self.loop = asyncio.get_running_loop()
+        self.closing = self.loop.create_future()
         self.state = State.OPEN
+
+    def closed(self) -> None:
+        self.state = State.CLOSED
+        if self.closing is not None and not self.closing.done():
+            self.closing.set_result(None)
+
+    async def unless_closed(self, work: Coroutine[Any, Any, T]) -> T:
+        """*work*'s result; SessionClosedError, *work* cancelled, if the session closes first."""
+        task = asyncio.ensure_future(work)
+        waiting: set[asyncio.Future[Any]] = {task}
+        if self.closing is not None:
+            waiting.add(self.closing)
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled():
+            raise SessionClosedError("the session was closed during the call")
+        return task.result()

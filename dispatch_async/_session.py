@@ -15,13 +15,13 @@ import aiohttp
 import attrs
 
 from . import _instrument
-from ._auth import TOKEN_REQUESTS, Secret, TokenEndpoint, TokenKeeper, TokenRequest
+from ._arguments import check_arguments
+from ._auth import Secret, TokenEndpoint, TokenKeeper, TokenRequest
 from ._batch import STOPS_THE_JOB, Batcher, BatchSettings, Flight, collected
 from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, basic_text_warning, envelope
 from ._environment import settings_from_env
 from ._exceptions import (
     CallbackError,
-    ConfigurationError,
     DispatchError,
     status_error,
 )
@@ -33,7 +33,7 @@ from ._retry import RetryPolicy, parse_retry_after, retrying
 from ._screen import without_unencodable
 from ._throttle import Limiter, Throttle
 from ._token_store import TokenStore
-from ._transport import Transport, check_base_url, client_timeout, has_control_characters
+from ._transport import Transport, check_base_url, client_timeout
 from ._version import __version__
 from ._wire import Envelope, UnencodableError, decode_answer, decode_json, encode_dispatch
 from .instrumentation import Hook
@@ -94,14 +94,7 @@ class DispatchSession:
         token_request: TokenRequest = "auto",  # noqa: S107 - an encoding, not a secret
         **batch: Unpack[BatchOptions],
     ) -> None:
-        if token_request not in TOKEN_REQUESTS:
-            raise ConfigurationError(
-                f"token_request must be one of {', '.join(TOKEN_REQUESTS)}, not {token_request!r}"
-            )
-        if not isinstance(client_secret, str) or not client_secret:
-            raise ConfigurationError("client_secret must be a non-empty string")
-        if account is not None and (not isinstance(account, str) or not account):
-            raise ConfigurationError("account must be a non-empty string")
+        check_arguments({k: v for k, v in locals().items() if k not in ("self", "batch")})
         self._secret = Secret(client_secret)
         self.base_url = check_base_url(base_url)
         self.account = account
@@ -114,8 +107,6 @@ class DispatchSession:
         )
         self._shared = (token_store, rate_limiter)  # closed with the session
         agent = user_agent or USER_AGENT
-        if has_control_characters(agent):
-            raise ConfigurationError("user_agent must not contain control characters")
         self._timeout = client_timeout(timeout)
         self._transport = Transport(
             self.base_url, timeout=self._timeout, user_agent=agent, http_session=http_session
@@ -163,6 +154,7 @@ class DispatchSession:
         connection pool, rate limit and hooks, and costs one shallow copy, so a web
         handler can make one per request. Closing a view does nothing: close the session.
         """
+        check_arguments({"retry": retry, **({} if timeout is None else {"timeout": timeout})})
         view = copy.copy(self)
         view._owns = False
         if timeout is not None:
@@ -199,7 +191,7 @@ class DispatchSession:
             return
         if self._life.state is State.OPEN:
             self._open()  # on another loop, its tasks and sockets cannot be closed here
-        self._life.state = State.CLOSED
+        self._life.closed()  # calls under way stop, each accounting for its recipients
         await self._tokens.close()
         await self._transport.close()
         for shared in self._shared:
@@ -339,8 +331,9 @@ class DispatchSession:
 
     async def list_templates(self) -> Any:
         """The account's templates (``GET /api/v3/templates``), as the service's JSON."""
-        return await retrying(
-            self.retry, lambda: self._call("GET", "/api/v3/templates", None, Flight())
+        self._open()
+        return await self._life.unless_closed(
+            retrying(self.retry, lambda: self._call("GET", "/api/v3/templates", None, Flight()))
         )
 
     # -- internals -----------------------------------------------------------------
@@ -360,7 +353,12 @@ class DispatchSession:
         async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
             return await self._send_chunk(endpoint, fields, chunk, flight)
 
-        batcher = Batcher(recipients, settings, send if report is None else report.chunks(send))
+        batcher = Batcher(
+            recipients,
+            settings,
+            send if report is None else report.chunks(send),
+            stop_on=self._life.closing,
+        )
         return batcher.parts() if report is None else report.observe(batcher.parts(), batcher.total)
 
     async def _send_chunk(

@@ -137,17 +137,6 @@ class LocalRate:
         """Nothing to do: the throttle holds this process's requests itself."""
 
 
-def _rate(requests_per_second: float | Literal["auto"] | None, name: str) -> None:
-    if requests_per_second is None or requests_per_second == "auto":
-        return
-    if (
-        isinstance(requests_per_second, bool)
-        or not isinstance(requests_per_second, int | float)
-        or not requests_per_second > 0
-    ):
-        raise ConfigurationError(f'{name} must be a positive number or "auto"')
-
-
 class Throttle:
     """Wait here before each request; tell it the answer, so a learned rate learns."""
 
@@ -159,7 +148,6 @@ class Throttle:
         shared: Limiter | None = None,
         on_change: OnChange | None = None,
     ) -> None:
-        _rate(requests_per_second, "requests_per_second")
         self._resume_at = 0.0
         self._shared = shared
         self._on_change = on_change

@@ -8,6 +8,7 @@ whether the request could have reached the service.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 
 import aiohttp
@@ -71,11 +72,12 @@ def check_base_url(base_url: str | URL) -> URL:
 
 
 def client_timeout(timeout: float | aiohttp.ClientTimeout) -> aiohttp.ClientTimeout:
-    """Seconds for one whole request (connecting at most 10 of them), or a ClientTimeout as is."""
+    """Seconds for one whole request (connecting at most 10 of them), or a ClientTimeout as is.
+
+    *timeout* was checked with the other arguments (`_arguments`).
+    """
     if isinstance(timeout, aiohttp.ClientTimeout):
         return timeout
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ConfigurationError("timeout must be a positive number of seconds or a ClientTimeout")
     return aiohttp.ClientTimeout(total=timeout, connect=min(float(timeout), 10.0))
 
 
@@ -90,7 +92,10 @@ def _is_loopback(host: str) -> bool:
 
 def has_control_characters(value: str) -> bool:
     """Whether a would-be header value could split the request (CR, LF or other controls)."""
-    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+    return _CONTROL.search(value) is not None
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")  # a search in C: a header is checked per request
 
 
 class Transport:

@@ -254,8 +254,55 @@ class TestLifecycle:
             call = pool.submit(client.send_basic, numbers(1), text="x")
             assert waiting.wait(10)
             client.close()
+            with pytest.raises(da.SessionClosedError) as caught:
+                call.result(10)
+        assert caught.value.result is not None
+        [failure] = caught.value.result.failed
+        assert failure.maybe_sent is False  # a 503: the service did not act
+
+    def test_a_listing_waiting_for_its_turn_when_another_thread_closes_ends_at_once(
+        self, simulator: ThreadedSimulator
+    ) -> None:
+        # One request every 100 s: the second listing waits for its turn on the loop.
+        client = da.DispatchClient(simulator.url, client_secret=SECRET, requests_per_second=0.01)
+        assert "templates" in client.list_templates()
+        started = threading.Event()
+
+        def listing() -> object:
+            started.set()
+            return client.list_templates()
+
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(listing)
+            assert started.wait(10)
+            client.close()  # returns at once: it does not wait for the turn
             with pytest.raises(da.SessionClosedError):
                 call.result(10)
+        assert simulator.server.stats.requests == 1  # the first listing only
+
+    def test_a_call_cut_short_by_close_in_another_thread_accounts_for_every_recipient(
+        self, simulator: ThreadedSimulator
+    ) -> None:
+        # Eight chunks of ten hang in the service (it received them); twelve wait their turn.
+        server = simulator.server
+        simulator.script(*[Fault.hang()] * 8)
+        client = da.DispatchClient(simulator.url, client_secret=SECRET, account="acme")
+        given = numbers(200)
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(client.send_template, given, template_id="t", chunk_size=10)
+            simulator.portal.call(
+                lambda: server.wait_until(lambda: server.stats.recipients_received == 80)
+            )
+            client.close()
+            with pytest.raises(da.SessionClosedError) as caught:
+                call.result(10)
+        result = caught.value.result
+        assert result is not None
+        assert not result.valid
+        assert sorted(f.position for f in result.failed) == list(range(200))
+        maybe_sent = {f.recipient.number for f in result.failed if f.maybe_sent}
+        assert maybe_sent == set(server.stats.received)
+        assert len(maybe_sent) == 80
 
     def test_closing_with_a_stream_half_read_closes_it_quietly(
         self, simulator: ThreadedSimulator, caplog: pytest.LogCaptureFixture

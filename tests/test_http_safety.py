@@ -6,21 +6,74 @@ carries the secret or the token.
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import re
-from collections.abc import AsyncIterator
+import urllib.parse
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aioresponses import aioresponses
+from hypothesis import given
+from hypothesis import strategies as st
 
 import dispatch_async as da
 from dispatch_async import _transport
+from dispatch_async._redaction import redacted
 
 BASE = "https://api.example.test"
 SECRET = "s3cr3t-CLIENT-value"
 TOKEN = "tok-ACCESS-value-123"
 TOKEN_URL = f"{BASE}/oauth/token"
 TEMPLATE_URL = f"{BASE}/api/v3/template"
+#: Credentials with every character an encoder treats specially: "/", "+", a space, "=",
+#: a quote, non-ASCII (two and four bytes in UTF-8).
+AWKWARD_SECRET = 's3cr/et+CLIENT "valor" ção😀=='
+AWKWARD_TOKEN = "tok/ACCESS+value=123/é"
+
+
+def json_escaped(text: str) -> str:
+    return json.dumps(text)[1:-1]
+
+
+def unicode_escaped(text: str) -> str:
+    # json.dumps escapes only what it must: this escapes all but letters, digits and
+    # "-._~" (astral characters as surrogate pairs), as the most eager encoders do.
+    def escaped(char: str) -> str:
+        if char.isascii() and (char.isalnum() or char in "-._~"):
+            return char
+        units = char.encode("utf-16-be")
+        return "".join(f"\\u{units[i]:02X}{units[i + 1]:02X}" for i in range(0, len(units), 2))
+
+    return "".join(map(escaped, text))
+
+
+def lower_percent(text: str) -> str:
+    return re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), urllib.parse.quote(text, safe=""))
+
+
+def base64_of(blob: str, start: int, size: int) -> str:
+    """The characters of base64 *blob* that encode only bytes start..start+size of it."""
+    return blob[-(-8 * start // 6) : 8 * (start + size) // 6]
+
+
+#: Every standard way a service may echo a credential back.
+ENCODINGS: dict[str, Callable[[str], str]] = {
+    "as is": lambda text: text,
+    "JSON": json_escaped,
+    "JSON, UTF-8 kept": lambda text: json.dumps(text, ensure_ascii=False)[1:-1],
+    "JSON, slashes escaped (PHP)": lambda text: json_escaped(text).replace("/", "\\/"),
+    "JSON, \\uXXXX escapes": unicode_escaped,
+    "JSON, lower-case \\uXXXX escapes": lambda text: re.sub(
+        r"\\u[0-9A-F]{4}", lambda m: m.group().lower(), unicode_escaped(text)
+    ),
+    "percent-encoded": lambda text: urllib.parse.quote(text, safe=""),
+    "percent-encoded, slashes kept": urllib.parse.quote,
+    "percent-encoded, lower case": lower_percent,
+    "form-encoded (+ for space)": urllib.parse.quote_plus,
+    "form-encoded, lower case": lambda text: lower_percent(text).replace("%20", "+"),
+}
 
 
 @pytest.fixture
@@ -104,6 +157,61 @@ class TestSecretsNeverShow:
         assert TOKEN not in shown
         assert SECRET not in shown
 
+    @pytest.mark.parametrize("encoding", ENCODINGS)
+    async def test_an_error_body_echoing_the_credentials_in_any_encoding_is_redacted(
+        self, mocked: aioresponses, encoding: str
+    ) -> None:
+        encode = ENCODINGS[encoding]
+        give_token(mocked, token=AWKWARD_TOKEN)
+        echoed = (
+            f"{encode(AWKWARD_TOKEN)}|{encode(AWKWARD_SECRET)}|{encode('Bearer ' + AWKWARD_TOKEN)}"
+        )
+        mocked.post(
+            TEMPLATE_URL, status=400, body=f'{{"error": "bad request", "echo": "{echoed}"}}'
+        )
+        async with da.DispatchSession(BASE, client_secret=AWKWARD_SECRET, account="acme") as s:
+            [failure] = (await s.send_template(["+5511987654321"], template_id="t")).failed
+        error = failure.error
+        assert isinstance(error, da.ClientStatusError)
+        assert "bad request" in error.body
+        for credential in (AWKWARD_TOKEN, AWKWARD_SECRET):
+            assert encode(credential) not in error.body
+        assert encode(AWKWARD_TOKEN)[:12] not in error.body
+
+    @pytest.mark.parametrize("urlsafe", [False, True])
+    @pytest.mark.parametrize("prefix", ["", "Authorization: ", "X-Authorization: "])
+    async def test_the_authorization_value_echoed_in_base64_is_redacted(
+        self, mocked: aioresponses, urlsafe: bool, prefix: str
+    ) -> None:
+        # Alone or inside a longer encoded text (any alignment), padded or not.
+        encode = base64.urlsafe_b64encode if urlsafe else base64.b64encode
+        blob = encode(f"{prefix}Bearer {AWKWARD_TOKEN}".encode()).decode()
+        give_token(mocked, token=AWKWARD_TOKEN)
+        mocked.post(TEMPLATE_URL, status=400, body=f"bad request, you sent {blob}")
+        async with da.DispatchSession(BASE, client_secret=SECRET, account="acme") as s:
+            [failure] = (await s.send_template(["+5511987654321"], template_id="t")).failed
+        error = failure.error
+        assert isinstance(error, da.ClientStatusError)
+        assert "bad request" in error.body
+        token = base64_of(blob, len(f"{prefix}Bearer ".encode()), len(AWKWARD_TOKEN.encode()))
+        assert not any(token[i : i + 8] in error.body for i in range(len(token) - 7))
+
+    async def test_a_credential_cut_short_at_the_end_of_the_excerpt_is_not_shown(
+        self, mocked: aioresponses, session: da.DispatchSession
+    ) -> None:
+        # Redacting whole copies shortens the text: a copy cut short where the excerpt's
+        # window ends must not slide into what is kept, wherever in a copy the window ends.
+        give_token(mocked)
+        shifts = range(len(TOKEN) + 1)
+        for shift in shifts:
+            mocked.post(TEMPLATE_URL, status=400, body="x" * shift + f"|{TOKEN}" * 200)
+        for _ in shifts:
+            [failure] = (await session.send_template(["+5511987654321"], template_id="t")).failed
+            error = failure.error
+            assert isinstance(error, da.ClientStatusError)
+            assert "|***|***" in error.body
+            assert not any(TOKEN[i : i + 4] in error.body for i in range(len(TOKEN) - 3))
+
     async def test_a_rejected_secret_is_not_in_the_error(
         self, mocked: aioresponses, session: da.DispatchSession
     ) -> None:
@@ -147,3 +255,50 @@ class TestBaseUrl:
     def test_a_path_prefix_is_kept(self) -> None:
         s = da.DispatchSession("https://api.example.com/dispatch/", client_secret=SECRET)
         assert str(s.base_url) == "https://api.example.com/dispatch"
+
+
+#: Secrets as the property tests draw them: "/", "+", spaces, quotes, backslashes,
+#: non-ASCII (astral too), never the markers around them.
+awkward_secrets = st.text(
+    alphabet=st.one_of(
+        st.sampled_from('/+ "\\=%&?#\t'),
+        st.characters(codec="utf-8", exclude_characters="[]", exclude_categories=["Cs"]),
+    ),
+    min_size=8,
+    max_size=40,
+)
+
+
+class TestRedactionProperties:
+    @given(secret=awkward_secrets, encoding=st.sampled_from(sorted(ENCODINGS)))
+    def test_no_encoding_of_a_secret_survives_and_the_text_around_it_does(
+        self, secret: str, encoding: str
+    ) -> None:
+        encoded = ENCODINGS[encoding](secret)
+        text = redacted(f"[start]{encoded}[end]", (secret,))
+        assert encoded not in text
+        assert text.startswith("[start]")
+        assert text.endswith("[end]")
+
+    @given(secret=awkward_secrets)
+    def test_a_json_body_decoded_after_redaction_holds_no_secret(self, secret: str) -> None:
+        for ensure_ascii in (True, False):
+            body = json.dumps({"echo": secret}, ensure_ascii=ensure_ascii)
+            for escaped in (body, body.replace("/", "\\/")):
+                assert secret not in json.loads(redacted(escaped, (secret,)))["echo"]
+
+    @given(secret=awkward_secrets)
+    def test_a_form_decoded_after_redaction_holds_no_secret(self, secret: str) -> None:
+        for form in (urllib.parse.quote_plus(secret), lower_percent(secret)):
+            decoded = urllib.parse.unquote_plus(redacted(f"client_secret={form}", (secret,)))
+            assert secret not in decoded
+
+    @given(secret=awkward_secrets, shift=st.integers(0, 2))
+    def test_base64_of_a_secret_at_any_offset_keeps_no_long_run_of_it(
+        self, secret: str, shift: int
+    ) -> None:
+        data = secret.encode()
+        blob = base64.b64encode(b"x" * shift + data + b"tail").decode()
+        text = redacted(blob, (secret,))
+        alone = base64_of(blob, shift, len(data))
+        assert not any(alone[i : i + 8] in text for i in range(len(alone) - 7))

@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from multidict import CIMultiDict
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -44,13 +45,13 @@ class HeaderSpy:
     """Every /api/v3 request's headers, as aiohttp really sent them."""
 
     def __init__(self) -> None:
-        self.sent: list[dict[str, str]] = []
+        self.sent: list[CIMultiDict[str]] = []
         self.config = aiohttp.TraceConfig()
         self.config.on_request_start.append(self._started)
 
     async def _started(self, _: Any, __: Any, params: aiohttp.TraceRequestStartParams) -> None:
         if "/api/v3/" in params.url.path:
-            self.sent.append(dict(params.headers))
+            self.sent.append(CIMultiDict(params.headers))
 
 
 async def faulty_run(server: FakeDispatchServer, hooks: list[Any], spy: HeaderSpy) -> None:
@@ -162,6 +163,76 @@ async def test_a_failing_hook_is_logged_once_and_never_breaks_a_send(
     assert server.stats.recipients_received == 6
     failures = [r for r in caplog.records if "instrumentation hook" in r.getMessage()]
     assert len(failures) == 1
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+class TestHeadersAddedByHooks:
+    """``ChunkSent.headers`` carries trace context: a header that cannot go out is dropped.
+
+    It is logged once per process: each case uses a header name of its own.
+    """
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            {"X-Trace-Int": 5},
+            {"X-Trace-Split": "trace-value\r\nX-Evil: 1"},
+            {"X-Trace-Bytes": b"trace-value"},
+            {5: "trace-value"},
+            {"X Trace": "trace-value"},
+            {"X-Trace:Id": "trace-value"},
+            {"authorization": "Bearer forged-by-a-hook"},
+            {"CONTENT-LENGTH": "0"},
+        ],
+        ids=[
+            "an int value",
+            "a value with a line break",
+            "a bytes value",
+            "an int name",
+            "a name with a space",
+            "a name with a colon",
+            "our Authorization, in lower case",
+            "the framing",
+        ],
+    )
+    async def test_a_bad_header_is_dropped_and_logged_once_and_every_recipient_is_sent(
+        self, server: FakeDispatchServer, caplog: pytest.LogCaptureFixture, bad: dict[Any, Any]
+    ) -> None:
+        def tracer(event: ins.Event) -> None:
+            if isinstance(event, ins.ChunkSent):
+                event.headers.update(bad)
+                event.headers["traceparent"] = TRACEPARENT
+
+        spy = HeaderSpy()
+        async with (
+            aiohttp.ClientSession(trace_configs=[spy.config]) as http,
+            da.DispatchSession(
+                server.url,
+                client_secret=SECRET,
+                account="a",
+                hooks=[tracer],
+                http_session=http,
+                chunk_size=10,
+            ) as session,
+        ):
+            with caplog.at_level(logging.WARNING, logger="dispatch_async"):
+                result = await session.send_template(numbers(30), **TEMPLATE)
+        assert result.counts["valid"] == 30
+        assert server.stats.recipients_received == 30
+        assert len(spy.sent) == 3
+        for headers in spy.sent:
+            assert headers["traceparent"] == TRACEPARENT  # the good header still goes out
+            assert headers.getall("Authorization") != ["Bearer forged-by-a-hook"]
+            assert len(headers.getall("Authorization")) == 1
+            assert "X-Evil" not in headers
+            assert "CONTENT-LENGTH" not in headers
+            assert not any(name.startswith(("X-Trace", "X Trace")) for name in headers)
+        dropped = [r for r in caplog.records if "header" in r.getMessage()]
+        assert len(dropped) == 1
+        assert "trace-value" not in caplog.text  # a header value may carry a secret
+        assert "forged-by-a-hook" not in caplog.text
 
 
 # -- OpenTelemetry -----------------------------------------------------------------

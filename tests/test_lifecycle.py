@@ -11,7 +11,7 @@ import pytest
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer, Fault
 
-from .conftest import SECRET
+from .conftest import SECRET, numbers
 
 NUMBER = "+5511987654321"
 
@@ -87,6 +87,35 @@ class TestOpenAndClose:
         asyncio.run(leak())
         with pytest.warns(ResourceWarning, match="unclosed <DispatchSession"):
             gc.collect()
+
+
+class TestClosingDuringACall:
+    async def test_a_call_stops_promptly_and_accounts_for_every_recipient(
+        self, server: FakeDispatchServer
+    ) -> None:
+        # Seven chunks hang in the service (it received them); one waits 30 s to be
+        # retried after a 503 (not received); twelve wait their turn.
+        given = numbers(200)
+        server.script(*[Fault.hang()] * 7, Fault.status(503, retry_after="30"))
+        session = da.DispatchSession(server.url, client_secret=SECRET, account="acme")
+        call = asyncio.create_task(
+            session.send_basic(given, text="x", chunk_size=10, max_concurrency=8)
+        )
+        await server.wait_until(
+            lambda: server.stats.recipients_received == 70 and server.stats.status_counts[503] == 1
+        )
+        async with asyncio.timeout(5):  # not the 30 s the retry would wait
+            await session.close()
+            with pytest.raises(da.SessionClosedError) as caught:
+                await call
+        result = caught.value.result
+        assert result is not None
+        assert not result.valid
+        assert sorted(f.position for f in result.failed) == list(range(200))
+        maybe_sent = {f.recipient.number for f in result.failed if f.maybe_sent}
+        assert maybe_sent == set(server.stats.received)
+        assert len(maybe_sent) == 70
+        assert server.stats.dispatch_calls == 7  # nothing was sent after the close
 
 
 class TestCancellation:

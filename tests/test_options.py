@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import threading
+from typing import Any
 
 import pytest
 
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer, Fault
 
-from .conftest import numbers
+from .conftest import SECRET, numbers
 
 
 class TestSharing:
@@ -97,3 +100,112 @@ class TestTheOptionsApply:
             session.with_options(timeout=0)
         with pytest.raises(da.ConfigurationError, match="chunk_size"):
             session.with_options(chunk_size=0)
+
+
+class TestEveryArgumentIsCheckedUpFront:
+    """A wrong type is refused where it is given, naming the argument and the type given."""
+
+    URL = "http://127.0.0.1:1"
+
+    @pytest.mark.parametrize(
+        ("name", "value", "given"),
+        [
+            ("retry", False, "bool"),
+            ("retry", 0, "int"),
+            ("timeout", "30", "str"),
+            ("user_agent", 5, "int"),
+            ("hooks", 5, "int"),
+            ("hooks", [5], "list"),
+            ("token_store", "redis://127.0.0.1", "str"),
+            ("rate_limiter", 5, "int"),
+            ("http_session", "shared", "str"),
+            ("account", 5, "int"),
+            ("requests_per_second", "fast", "str"),
+            ("max_requests_per_second", "10", "str"),
+            ("dedupe", "no", "str"),
+            ("prevalidate", 1, "int"),
+            ("region", 5, "int"),
+            ("on_progress", "print", "str"),
+            ("before_send", 5, "int"),
+            ("chunk_size", 2.5, "float"),
+        ],
+    )
+    def test_the_session_refuses_a_wrong_type_naming_argument_and_type(
+        self, name: str, value: object, given: str
+    ) -> None:
+        if name == "max_requests_per_second":
+            extra: dict[str, Any] = {"requests_per_second": "auto"}
+        else:
+            extra = {}
+        with pytest.raises(da.ConfigurationError, match=rf"\b{name}\b.*\b{given}\b"):
+            da.DispatchSession(self.URL, client_secret=SECRET, **extra, **{name: value})
+
+    @pytest.mark.parametrize(
+        ("name", "value", "given"),
+        [
+            ("retry", False, "bool"),
+            ("retry", 0, "int"),
+            ("timeout", "30", "str"),
+            ("dedupe", "no", "str"),
+            ("region", 5, "int"),
+            ("deadline", "5", "str"),
+            ("on_progress", 5, "int"),
+        ],
+    )
+    async def test_a_view_refuses_a_wrong_type_before_anything_is_sent(
+        self,
+        server: FakeDispatchServer,
+        session: da.DispatchSession,
+        name: str,
+        value: object,
+        given: str,
+    ) -> None:
+        with pytest.raises(da.ConfigurationError, match=rf"\b{name}\b.*\b{given}\b"):
+            session.with_options(**{name: value})
+        assert server.stats.requests == 0
+
+    async def test_a_per_call_option_of_the_wrong_type_is_refused_before_anything_is_sent(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        with pytest.raises(da.ConfigurationError, match=r"dedupe.*str"):
+            await session.send_basic(numbers(2), text="x", dedupe="no")  # type: ignore[arg-type]
+        assert server.stats.requests == 0
+
+    def test_every_argument_of_the_session_is_checked(self) -> None:
+        # Derived from the signatures: an argument added later is covered, or this fails.
+        names = [
+            name
+            for name in inspect.signature(da.DispatchSession.__init__).parameters
+            if name not in ("self", "base_url", "batch")
+        ]
+        names += list(da.BatchOptions.__annotations__)
+        unchecked = []
+        for name in names:
+            try:
+                da.DispatchSession(self.URL, **{"client_secret": SECRET, name: object()})
+            except da.ConfigurationError as error:
+                if name not in str(error) or "object" not in str(error):
+                    unchecked.append(f"{name}: {error}")
+            else:
+                unchecked.append(f"{name}: accepted")
+        assert unchecked == []
+
+    def test_the_secret_is_never_shown_even_when_it_is_the_wrong_type(self) -> None:
+        with pytest.raises(da.ConfigurationError, match=r"client_secret.*int") as caught:
+            da.DispatchSession(self.URL, client_secret=981273645)  # type: ignore[arg-type]
+        assert "981273645" not in str(caught.value)
+
+    def test_the_client_and_its_views_refuse_a_wrong_type_without_starting_a_thread(
+        self,
+    ) -> None:
+        threads = threading.active_count()
+        with pytest.raises(da.ConfigurationError, match=r"retry.*bool"):
+            da.DispatchClient(self.URL, client_secret=SECRET, retry=False)  # type: ignore[arg-type]
+        with pytest.raises(da.ConfigurationError, match=r"hooks.*int"):
+            da.DispatchClient(self.URL, client_secret=SECRET, hooks=5)  # type: ignore[arg-type]
+        with da.DispatchClient(self.URL, client_secret=SECRET) as client:
+            with pytest.raises(da.ConfigurationError, match=r"retry.*int"):
+                client.with_options(retry=0)  # type: ignore[arg-type]
+            with pytest.raises(da.ConfigurationError, match=r"dedupe.*str"):
+                client.with_options(dedupe="no")  # type: ignore[typeddict-item]
+        assert threading.active_count() == threads

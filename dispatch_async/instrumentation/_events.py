@@ -53,7 +53,9 @@ class ChunkSent:
     """One attempt at sending a chunk begins.
 
     ``headers`` starts empty: a hook may add trace-propagation headers to it, and they
-    go out on this attempt's request (nothing else can be set this way).
+    go out on this attempt's request (nothing else can be set this way). A header that
+    cannot go out (not text, a line break, one the SDK or HTTP sets) is dropped and
+    logged once; the chunk is sent all the same.
     """
 
     call_id: int

@@ -1,0 +1,127 @@
+"""What each argument of a session, its views and the blocking client must be: one table.
+
+Every argument is checked where it is given (a constructor, ``with_options``, a call's
+batch options), so a wrong type is a `ConfigurationError` naming the argument and the
+type given, raised before anything is sent, never an ``AttributeError`` at the first
+send. The values' own rules (a URL's scheme, a rate's bounds) stay with the code that
+uses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+
+import aiohttp
+import attrs
+from yarl import URL
+
+from ._auth import TOKEN_REQUESTS
+from ._exceptions import ConfigurationError
+from ._retry import RetryPolicy
+from ._transport import has_control_characters
+
+__all__ = ["ARGUMENTS", "check_arguments"]
+
+
+@attrs.frozen
+class Argument:
+    """What an argument must be: *what* for the message, *accepts* to check it.
+
+    ``optional``: None is accepted too. ``shown``: a wrong number or bool is quoted in
+    the message (never for a credential).
+    """
+
+    what: str
+    accepts: Callable[[object], bool]
+    optional: bool = False
+    shown: bool = True
+
+
+def _instance(*types: type) -> Callable[[object], bool]:
+    return lambda value: isinstance(value, types)
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _with_methods(*names: str) -> Callable[[object], bool]:
+    return lambda value: all(callable(getattr(value, name, None)) for name in names)
+
+
+def _hooks(value: object) -> bool:
+    # A one-shot iterator's hooks are checked as they are called (see instrumentation.emit).
+    if not isinstance(value, Iterable) or isinstance(value, str | bytes):
+        return False
+    return not isinstance(value, Collection) or all(callable(hook) for hook in value)
+
+
+ARGUMENTS: Mapping[str, Argument] = {
+    # DispatchSession and DispatchClient
+    "base_url": Argument("a URL string", _instance(str, URL)),
+    "client_secret": Argument("a non-empty string", _text, shown=False),
+    "account": Argument("a non-empty string or None", _text, optional=True),
+    "timeout": Argument(
+        "a positive number of seconds or an aiohttp.ClientTimeout",
+        lambda value: isinstance(value, aiohttp.ClientTimeout) or _positive(value),
+    ),
+    "retry": Argument("a RetryPolicy or None", _instance(RetryPolicy), optional=True),
+    "requests_per_second": Argument(
+        'a positive number, "auto" or None',
+        lambda value: value == "auto" or _positive(value),
+        optional=True,
+    ),
+    "max_requests_per_second": Argument("a positive number or None", _positive, optional=True),
+    "http_session": Argument(
+        "an aiohttp.ClientSession or None", _instance(aiohttp.ClientSession), optional=True
+    ),
+    "user_agent": Argument(
+        "a string without control characters, or None",
+        lambda value: isinstance(value, str) and not has_control_characters(value),
+        optional=True,
+    ),
+    "token_store": Argument(
+        "a token store such as RedisTokenStore, or None",
+        _with_methods("load", "save", "lock", "aclose"),
+        optional=True,
+    ),
+    "rate_limiter": Argument(
+        "a rate limiter such as RedisRateLimiter, or None",
+        _with_methods("acquire", "aclose"),
+        optional=True,
+    ),
+    "hooks": Argument("an iterable of hooks (callables), or None", _hooks, optional=True),
+    "token_request": Argument(
+        " or ".join(f'"{name}"' for name in TOKEN_REQUESTS),
+        lambda value: value in TOKEN_REQUESTS,
+    ),
+    # BatchSettings: the session's, a view's and a call's
+    "chunk_size": Argument("a positive integer", _count),
+    "max_concurrency": Argument("a positive integer", _count),
+    "dedupe": Argument("True or False", _instance(bool)),
+    "prevalidate": Argument("True or False", _instance(bool)),
+    "region": Argument('a region code such as "BR", or None', _instance(str), optional=True),
+    "deadline": Argument("a positive number of seconds, or None", _positive, optional=True),
+    "on_progress": Argument("a callable, or None", callable, optional=True),
+    "before_send": Argument("a coroutine function, or None", callable, optional=True),
+}
+
+
+def check_arguments(arguments: Mapping[str, object]) -> None:
+    """Raise ConfigurationError for the first argument that is not what `ARGUMENTS` says."""
+    for name, value in arguments.items():
+        argument = ARGUMENTS[name]
+        if (value is None and argument.optional) or argument.accepts(value):
+            continue
+        given = type(value).__name__
+        if argument.shown and isinstance(value, bool | int | float):
+            given = f"{given} {value!r}"
+        raise ConfigurationError(f"{name} must be {argument.what}, not {given}")
