@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -173,21 +172,24 @@ class RedisRateLimiter:
         """
         learner = self.learner
         failures = 0
+        waited = False
         while True:
             try:
                 if learner is not None:
-                    wait = await learner.reserve(rate)
+                    turn = await learner.reserve(rate)
                 else:
-                    wait, _ = await self._schedule.reserve(time.time(), 1 / rate)
+                    turn = await self._schedule.reserve(1 / rate)
             except redis_errors() as exc:
                 failures += 1
                 if await self._outage(exc, failures, self._local_wait):
                     return True
                 continue
             self._recovered()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            return wait > 0
+            if turn.wait > 0:
+                waited = True
+                await asyncio.sleep(turn.wait)
+            if turn.reserved:  # else the schedule was full: ask again now a turn is free
+                return waited
 
     async def _outage(
         self, exc: BaseException, failures: int, local: Callable[[], Awaitable[None]]

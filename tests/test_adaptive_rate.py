@@ -86,6 +86,21 @@ class TestTheAlgorithm:
             state = aimd.limited(state, state.version, 0.0)
         assert state.rate == 0.1
 
+    @pytest.mark.parametrize(("read", "used"), [(1000.0, 15.0), (0.001, 0.1), (12.0, 12.0)])
+    def test_a_rate_read_from_elsewhere_is_used_within_the_bounds(
+        self, read: float, used: float
+    ) -> None:
+        aimd = Aimd(max_requests_per_second=15)
+        state = RateState(read, 4, 0.0, 1.0, "increase")
+        assert aimd.within(state) == RateState(used, 4, 0.0, 1.0, "increase")
+
+    def test_a_change_dated_by_a_clock_an_hour_ahead_does_not_stop_the_rise(self) -> None:
+        aimd = Aimd(interval=1.0)
+        ahead = RateState(40.0, 7, 3600.0, 2.0, "increase")
+        assert aimd.succeeded(ahead, 7, 0.0, held=True).rate == 42.0
+        # Within an interval either way, it is the same clock: no second rise.
+        assert aimd.succeeded(ahead, 7, 3599.5, held=True) is ahead
+
     @pytest.mark.parametrize("bad", [0, -1, float("inf"), float("nan"), True, "5"])
     def test_refuses_a_maximum_that_is_not_a_positive_number(self, bad: object) -> None:
         with pytest.raises(da.ConfigurationError, match="max_requests_per_second"):
