@@ -254,6 +254,51 @@ class TestTheCommandLine:
         assert run.code == 0, run.stderr
         assert "at a rate learned from the service's 429s" in run.stdout + run.stderr
 
+    async def test_max_rate_bounds_the_learned_rate(self, tmp_path: Path) -> None:
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(6))
+            output = tmp_path / "out.jsonl"
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "-o", output, "--rate", "auto",
+                "--max-rate", "4", "--chunk-size", "1", "-q", "-vv", env=cli_env(server),
+            )  # fmt: skip
+            assert run.code == 0, run.stderr
+            assert server.stats.recipients_received == 6
+        assert "the learned request rate is 4/s (was unknown): first rate" in run.stderr
+        assert "the learned request rate is 8/s" not in run.stderr
+
+    async def test_the_plan_says_how_high_the_rate_may_go(self, tmp_path: Path) -> None:
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(3))
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "--dry-run", "--rate", "auto",
+                "--max-rate", "2.5", env=cli_env(server),
+            )  # fmt: skip
+        assert run.code == 0, run.stderr
+        assert "learned from the service's 429s (at most 2.5 requests/s)" in run.stdout
+
+    @pytest.mark.parametrize(
+        ("flags", "message"),
+        [
+            (["--rate", "5", "--max-rate", "4"], "--max-rate bounds a learned rate"),
+            (["--max-rate", "4"], "--max-rate bounds a learned rate"),
+            (["--rate", "auto", "--max-rate", "0"], "'0' is not a positive number"),
+            (["--rate", "auto", "--max-rate", "inf"], "'inf' is not a positive number"),
+        ],
+    )
+    async def test_a_max_rate_without_auto_or_not_a_rate_is_refused(
+        self, tmp_path: Path, flags: list[str], message: str
+    ) -> None:
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(3))
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "-o", tmp_path / "out.jsonl",
+                *flags, env=cli_env(server),
+            )  # fmt: skip
+            assert server.stats.dispatch_calls == 0
+        assert run.code == 2
+        assert message in run.stderr
+
     @pytest.mark.parametrize("rate", ["fast", "0", "-3", "nan"])
     async def test_a_rate_that_is_neither_a_number_nor_auto_is_refused(
         self, tmp_path: Path, rate: str
