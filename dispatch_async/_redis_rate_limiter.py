@@ -54,7 +54,8 @@ class RedisRateLimiter:
         redis_url: ``redis://[[user]:password@]host[:port][/db]`` (or ``rediss://``).
         requests_per_second: the fleet-wide rate (fractions allowed: 0.5 is 1 per 2 s), or
             ``"auto"``: learned by the fleet from the service's 429s, kept in Redis.
-        max_requests_per_second: with ``"auto"``, the most it may learn.
+        max_requests_per_second: with ``"auto"``, the most it may learn, or adopt from the
+            fleet (a rate read from Redis is used within this and the 0.1/s floor).
         key_prefix: every key starts with it; processes with the same prefix share the limit.
         on_redis_error: ``"closed"`` (default): while Redis is unreachable, wait and try
             again, sending nothing; ``"open"``: fall back to a per-process limit of

@@ -95,6 +95,14 @@ async def produce_all(queue_url: str, prefix: str, source: Path, job: str) -> No
     assert (await produce(queue_url, prefix, source, job)).enqueued == CHUNKS
 
 
+async def queued(queue_url: str, prefix: str, tmp_path: Path, job: str) -> JobKeys:
+    """*job* produced from a fresh input file, every chunk pending."""
+    source = tmp_path / "in.csv"
+    write_input(source)
+    await produce_all(queue_url, prefix, source, job)
+    return JobKeys(prefix, job)
+
+
 async def test_an_idle_worker_sends_a_job_queued_after_it_went_idle(
     redis_server: str, prefix: str, tmp_path: Path
 ) -> None:
@@ -157,11 +165,8 @@ async def test_the_waiting_producer_returns_when_the_last_chunk_is_done(
 async def test_a_finished_job_is_not_waited_for(
     redis_server: str, prefix: str, tmp_path: Path
 ) -> None:
-    source = tmp_path / "in.csv"
-    write_input(source)
-    await produce_all(redis_server, prefix, source, "over")
+    keys = await queued(redis_server, prefix, tmp_path, "over")
     redis = await connect(redis_server)
-    keys = JobKeys(prefix, "over")
     await redis.hset(keys.state, mapping={str(i): b"done" for i in range(CHUNKS)})
     async with asyncio.timeout(HANG):
         await wait_until_done(redis, job="over", key_prefix=prefix, every=AN_HOUR)
@@ -256,11 +261,8 @@ class TestAnythingPublishedOnTheChannels:
         self, redis_server: str, prefix: str, tmp_path: Path
     ) -> None:
         """The job is done in Redis, its announcements were missed, and messages trickle in."""
-        source = tmp_path / "in.csv"
-        write_input(source)
-        await produce_all(redis_server, prefix, source, "trickle")
+        keys = await queued(redis_server, prefix, tmp_path, "trickle")
         redis = await connect(redis_server)
-        keys = JobKeys(prefix, "trickle")
         progress: list[tuple[int, int]] = []
         shown = asyncio.Event()
 

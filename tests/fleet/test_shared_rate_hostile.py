@@ -66,6 +66,16 @@ async def closed(*limiters: da.RedisRateLimiter) -> None:
         await limiter.aclose()
 
 
+async def acquired(limiter: da.RedisRateLimiter, times: int = 1) -> None:
+    """*times* requests' turns (each test's hang guard around them); then it is closed."""
+    try:
+        async with asyncio.timeout(HANG):
+            for _ in range(times):
+                await limiter.acquire()
+    finally:
+        await limiter.aclose()
+
+
 class TestTheLearnedRateKeepsToTheProcesssBounds:
     """``max_requests_per_second`` and the 0.1/s floor hold for a rate read from Redis."""
 
@@ -78,12 +88,7 @@ class TestTheLearnedRateKeepsToTheProcesssBounds:
             redis_server, requests_per_second="auto", max_requests_per_second=2, key_prefix=prefix
         )
         started = time.monotonic()
-        try:
-            async with asyncio.timeout(HANG):
-                for _ in range(3):
-                    await limiter.acquire()
-        finally:
-            await limiter.aclose()
+        await acquired(limiter, 3)
         # 3 requests at 2/s span a second (at the 1000/s read from Redis: 2 ms).
         assert time.monotonic() - started >= 0.9
         assert limiter.requests_per_second == 2
@@ -94,11 +99,7 @@ class TestTheLearnedRateKeepsToTheProcesssBounds:
         slow = RateState(0.001, 5, time.time(), 0.1, "decrease")
         await admin.set(f"{prefix}rate:learned", slow.encode())
         limiter = da.RedisRateLimiter(redis_server, requests_per_second="auto", key_prefix=prefix)
-        try:
-            async with asyncio.timeout(HANG):
-                await limiter.acquire()
-        finally:
-            await limiter.aclose()
+        await acquired(limiter)
         assert limiter.requests_per_second == Aimd().minimum
         # The next request is 1/0.1 = 10 s away, not 1/0.001 = 1,000 s.
         assert 5 < await lead(admin, f"{prefix}rate:learned:next") <= 10.5
@@ -183,12 +184,7 @@ class TestOneProcessCannotStallTheFleet:
         else:
             await admin.set(key, repr(await redis_now(admin) + planted), ex=int(planted) + 60)
         (limiter,) = limiters(redis_server, prefix, rate, 1)
-        try:
-            async with asyncio.timeout(HANG):
-                for _ in range(3):
-                    await limiter.acquire()
-        finally:
-            await limiter.aclose()
+        await acquired(limiter, 3)
         # At 10/s, the fleet's schedule is a few intervals ahead at most.
         assert await lead(admin, key) < 2
         assert caplog.text.count(f"{key} ") == 1  # repaired, and said so once
@@ -200,12 +196,7 @@ class TestOneProcessCannotStallTheFleet:
         key = f"{prefix}rate:learned"
         await admin.rpush(key, "not a rate")
         limiter = da.RedisRateLimiter(redis_server, requests_per_second="auto", key_prefix=prefix)
-        try:
-            async with asyncio.timeout(HANG):  # it failed closed, forever
-                for _ in range(3):
-                    await limiter.acquire()
-        finally:
-            await limiter.aclose()
+        await acquired(limiter, 3)  # it failed closed, forever
         fresh = RateState.decode((await admin.get(key)).decode())
         assert fresh is not None
         assert (fresh.rate, fresh.version, fresh.reason) == (Aimd().initial, 1, "start")
@@ -220,11 +211,7 @@ class TestOneProcessCannotStallTheFleet:
         key = f"{prefix}rate:learned:hold"
         await admin.set(key, repr(await redis_now(admin) + A_DAY))
         limiter = da.RedisRateLimiter(redis_server, requests_per_second="auto", key_prefix=prefix)
-        try:
-            async with asyncio.timeout(HANG):
-                await limiter.acquire()
-        finally:
-            await limiter.aclose()
+        await acquired(limiter)
         assert await admin.exists(key) == 0
         assert caplog.text.count(f"{key} ") == 1
 
