@@ -87,17 +87,21 @@ class Aimd:
 
     def start(self, now: float) -> RateState:
         """The state before anything is known."""
-        return RateState(self._bounded(self.initial), 1, now)
+        return RateState(self.bounded(self.initial), 1, now)
 
     def succeeded(self, state: RateState, version: int, now: float, held: bool) -> RateState:
         """A request sent under *version* went through; *held*: the rate had made it wait.
 
-        A rate that holds nothing back is not being tested, so it does not rise.
+        A rate that holds nothing back is not being tested, so it does not rise. A change
+        dated more than an interval ahead was timed by a clock that is off: were it
+        trusted, nothing would rise until that clock's time came.
         """
-        if not held or version != state.version or now - state.changed_at < self.interval:
+        if not held or version != state.version:
+            return state
+        if -self.interval < now - state.changed_at < self.interval:
             return state
         grown = state.rate * 2 if state.step is None else state.rate + state.step
-        rate = self._bounded(grown)
+        rate = self.bounded(grown)
         if rate == state.rate:
             return state
         return RateState(rate, state.version + 1, now, state.step, "increase")
@@ -107,10 +111,16 @@ class Aimd:
         if version != state.version:
             return state
         step = max(state.rate * self.step_share, self.minimum)
-        rate = self._bounded(state.rate * self.factor)
+        rate = self.bounded(state.rate * self.factor)
         return RateState(rate, state.version + 1, now, step, "decrease")
 
-    def _bounded(self, rate: float) -> float:
+    def within(self, state: RateState) -> RateState:
+        """*state* with its rate in these bounds (a fleet's rate read from Redis may not be)."""
+        rate = self.bounded(state.rate)
+        return state if rate == state.rate else attrs.evolve(state, rate=rate)
+
+    def bounded(self, rate: float) -> float:
+        """*rate*, at least ``minimum`` and at most ``max_requests_per_second``."""
         rate = max(rate, self.minimum)
         return (
             rate

@@ -8,9 +8,12 @@ from (a Lua compare-and-set: EVAL, GET and SET, within the documented ACL). So w
 processes find the rate due an increase at once, one of them raises it and the others
 find it already changed: one step per interval for the fleet, not N.
 
-The times in the state are wall-clock (``time.time()``): the fleet's hosts are assumed
-to keep their clocks in sync (NTP); a 429 is matched to the rate it was sent under by
-version, not by time.
+A process uses the fleet's rate within its own bounds (`Aimd.within`): a rate another
+process learned, or a stranger wrote, never makes it send faster than its
+``max_requests_per_second`` nor slower than the floor. The times in the state are the
+fleet's (Redis's clock, see `Schedule.now`); a 429 is matched to the rate it was sent
+under by version, not by time. A key of another type or that holds no state is
+replaced by a fresh start, and said so once.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 from ._adaptive import Aimd, RateState
 from ._redis import redis_errors
-from ._redis_schedule import Schedule
+from ._redis_schedule import Schedule, Turn
 from ._throttle import Pace, Slot
 
 __all__ = ["SharedRate"]
@@ -35,8 +38,10 @@ KEEP = 24 * 3600
 #: Tries at a compare-and-set before giving the decision up (others are deciding).
 TRIES = 3
 
+#: A key of another type counts as empty: it is replaced, never a reason to stop.
 _SWAP = """
-local current = redis.call('GET', KEYS[1])
+local current = redis.pcall('GET', KEYS[1])
+if type(current) == 'table' then current = false end
 if (current or '') == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
   return ARGV[2]
@@ -71,9 +76,12 @@ class SharedRate:
         self._on_error = on_error
         self._errors = redis_errors()
         self._script: Any = None
-        self._schedule = Schedule(client, f"{key}:next", key)
+        self._schedule = Schedule(client, f"{key}:next", (key, aimd))
         self._turn: asyncio.Lock | None = None
+        #: The fleet's rate in this process's bounds, and the value in Redis it was read
+        #: from (what a compare-and-set expects to find).
         self.state: RateState | None = None
+        self._text = ""
         self._sent_under = aimd.start(0.0)
         self._read_at = -math.inf
         self.pace = Pace(lambda: self.current_rate)
@@ -95,47 +103,59 @@ class SharedRate:
             held = await self._window(self._sent_under.rate)
             return Slot(self._sent_under.version, held)
 
-    async def reserve(self, rate: float) -> float:
+    async def reserve(self, rate: float) -> Turn:
         """Reserve the fleet's next free send time at the learned rate (*rate* if Redis has
-        none): seconds until it comes."""
-        return await self._reserve(time.time(), 1 / rate, learned=True)
+        none). Keeps the rate it was reserved at."""
+        turn = await self._schedule.reserve(1 / rate)
+        if turn.learned is not None:
+            state = self._keep(turn.learned.decode("utf-8", "replace"))
+            if state is not None and turn.reserved:
+                self._sent_under = state
+        return turn
 
     async def hold(self, seconds: float) -> None:
         """Hold the fleet's schedule for *seconds* from now (a 429's Retry-After)."""
         self._fresh()
         try:
-            await self._reserve(time.time() + seconds, 0.0, learned=False)
+            await self._schedule.hold(seconds)
         except self._errors as exc:
             self._on_error(exc)
-
-    async def _reserve(self, earliest: float, gap: float, learned: bool) -> float:
-        """Take the schedule's next free time, not before *earliest*, and move it on:
-        seconds from *earliest* until the time taken. Keeps the state it was taken at."""
-        wait, raw = await self._schedule.reserve(earliest, gap, learned)
-        state = None if raw is None else RateState.decode(raw.decode("utf-8", "replace"))
-        if state is not None:
-            self._keep(state)
-            if learned:
-                self._sent_under = state
-        return float(wait)
 
     async def refresh(self) -> RateState:
         """The fleet's rate, read again if this process's copy is a moment old."""
         if self.state is not None and time.monotonic() - self._read_at < REFRESH:
             return self.state
         try:
-            raw = await self._client().get(self._key)
-            text = "" if raw is None else raw.decode("utf-8", "replace")
-            state = RateState.decode(text) if text else None
+            text, state = await self._read()
             if state is None:  # the first process, or a stranger's value: start afresh
-                state = await self._swap(text, self._aimd.start(time.time()))
+                if text:
+                    self._schedule.repaired(self._key, "held no learned rate")
+                fresh = self._aimd.start(self._schedule.now())
+                state = self._keep(await self._swap(text, fresh))
+                if state is None:  # gone again meanwhile: this process starts afresh
+                    state = self._keep(fresh.encode())
+                    assert state is not None
         except self._errors as exc:
             self._on_error(exc)
             if self.state is None:
-                self.state = self._aimd.start(time.time())
+                self.state = self._aimd.start(self._schedule.now())
             return self.state
-        self._keep(state)
         return state
+
+    async def _read(self) -> tuple[str, RateState | None]:
+        """The key's value (a key of another type: a value no state matches), and the
+        state it holds, adopted."""
+        import redis.exceptions
+
+        try:
+            raw = await self._client().get(self._key)
+        except redis.exceptions.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            self._schedule.repaired(self._key, "was of another type")
+            return "", None
+        text = "" if raw is None else raw.decode("utf-8", "replace")
+        return text, self._keep(text) if text else None
 
     async def answered(self, slot: Slot, status: int) -> None:
         """Decide from a 429 or a success, for the whole fleet."""
@@ -144,16 +164,16 @@ class SharedRate:
         if status == 429:
 
             def change(state: RateState) -> RateState:
-                return aimd.limited(state, slot.version, time.time())
+                return aimd.limited(state, slot.version, self._schedule.now())
 
         elif status == 200:
 
             def change(state: RateState) -> RateState:
-                return aimd.succeeded(state, slot.version, time.time(), slot.held)
+                return aimd.succeeded(state, slot.version, self._schedule.now(), slot.held)
 
         else:
             return
-        state = self.state
+        state, text = self.state, self._text
         # Most answers change nothing even by this process's copy: no need to ask Redis.
         if state is None or change(state) is state:
             return
@@ -162,21 +182,20 @@ class SharedRate:
                 new = change(state)
                 if new is state:
                     return
-                won = await self._swap(state.encode(), new)
-                self._keep(won)
-                if won.version == new.version and won.changed_at == new.changed_at:
-                    return
+                text = await self._swap(text, new)
+                won = self._keep(text)
+                if won is None or text == new.encode():
+                    return  # written; or a stranger's value, replaced at the next refresh
                 state = won
         except self._errors as exc:
             self._on_error(exc)
 
-    async def _swap(self, expected: str, new: RateState) -> RateState:
-        """*new* if the key still holds *expected*; else what it holds (which won)."""
+    async def _swap(self, expected: str, new: RateState) -> str:
+        """Write *new* if the key still holds *expected*: what the key holds then."""
         if self._script is None:
             self._script = self._client().register_script(_SWAP)
         raw = await self._script(keys=[self._key], args=[expected, new.encode(), KEEP])
-        held = None if raw is None else RateState.decode(raw.decode("utf-8", "replace"))
-        return held if held is not None else new
+        return "" if raw is None else raw.decode("utf-8", "replace")
 
     def forget_client(self) -> None:
         """The client was closed: register the script on the next one."""
@@ -187,15 +206,17 @@ class SharedRate:
         """In a forked child: the parent's task holding the turn did not come along."""
         self._turn = None
 
-    def _keep(self, state: RateState) -> None:
+    def _keep(self, text: str) -> RateState | None:
+        """The state *text* holds, in this process's bounds (None if it holds none); kept
+        as the fleet's rate unless it is older than the one kept."""
+        state = RateState.decode(text)
+        if state is None:
+            return None
+        state = self._aimd.within(state)
         held = self.state
         # An answer that left Redis before a newer one this process already has: stale.
         # (A fresh start after the key expired has a lower version but a later time.)
-        if (
-            held is not None
-            and state.version < held.version
-            and state.changed_at <= held.changed_at
-        ):
-            return
-        self.state = state
-        self._read_at = time.monotonic()
+        if held is None or state.version >= held.version or state.changed_at > held.changed_at:
+            self.state, self._text = state, text
+            self._read_at = time.monotonic()
+        return state

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -55,7 +54,8 @@ class RedisRateLimiter:
         redis_url: ``redis://[[user]:password@]host[:port][/db]`` (or ``rediss://``).
         requests_per_second: the fleet-wide rate (fractions allowed: 0.5 is 1 per 2 s), or
             ``"auto"``: learned by the fleet from the service's 429s, kept in Redis.
-        max_requests_per_second: with ``"auto"``, the most it may learn.
+        max_requests_per_second: with ``"auto"``, the most it may learn, or adopt from the
+            fleet (a rate read from Redis is used within this and the 0.1/s floor).
         key_prefix: every key starts with it; processes with the same prefix share the limit.
         on_redis_error: ``"closed"`` (default): while Redis is unreachable, wait and try
             again, sending nothing; ``"open"``: fall back to a per-process limit of
@@ -173,21 +173,24 @@ class RedisRateLimiter:
         """
         learner = self.learner
         failures = 0
+        waited = False
         while True:
             try:
                 if learner is not None:
-                    wait = await learner.reserve(rate)
+                    turn = await learner.reserve(rate)
                 else:
-                    wait, _ = await self._schedule.reserve(time.time(), 1 / rate)
+                    turn = await self._schedule.reserve(1 / rate)
             except redis_errors() as exc:
                 failures += 1
                 if await self._outage(exc, failures, self._local_wait):
                     return True
                 continue
             self._recovered()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            return wait > 0
+            if turn.wait > 0:
+                waited = True
+                await asyncio.sleep(turn.wait)
+            if turn.reserved:  # else the schedule was full: ask again now a turn is free
+                return waited
 
     async def _outage(
         self, exc: BaseException, failures: int, local: Callable[[], Awaitable[None]]

@@ -86,6 +86,21 @@ class TestTheAlgorithm:
             state = aimd.limited(state, state.version, 0.0)
         assert state.rate == 0.1
 
+    @pytest.mark.parametrize(("read", "used"), [(1000.0, 15.0), (0.001, 0.1), (12.0, 12.0)])
+    def test_a_rate_read_from_elsewhere_is_used_within_the_bounds(
+        self, read: float, used: float
+    ) -> None:
+        aimd = Aimd(max_requests_per_second=15)
+        state = RateState(read, 4, 0.0, 1.0, "increase")
+        assert aimd.within(state) == RateState(used, 4, 0.0, 1.0, "increase")
+
+    def test_a_change_dated_by_a_clock_an_hour_ahead_does_not_stop_the_rise(self) -> None:
+        aimd = Aimd(interval=1.0)
+        ahead = RateState(40.0, 7, 3600.0, 2.0, "increase")
+        assert aimd.succeeded(ahead, 7, 0.0, held=True).rate == 42.0
+        # Within an interval either way, it is the same clock: no second rise.
+        assert aimd.succeeded(ahead, 7, 3599.5, held=True) is ahead
+
     @pytest.mark.parametrize("bad", [0, -1, float("inf"), float("nan"), True, "5"])
     def test_refuses_a_maximum_that_is_not_a_positive_number(self, bad: object) -> None:
         with pytest.raises(da.ConfigurationError, match="max_requests_per_second"):
@@ -238,6 +253,51 @@ class TestTheCommandLine:
             )  # fmt: skip
         assert run.code == 0, run.stderr
         assert "at a rate learned from the service's 429s" in run.stdout + run.stderr
+
+    async def test_max_rate_bounds_the_learned_rate(self, tmp_path: Path) -> None:
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(6))
+            output = tmp_path / "out.jsonl"
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "-o", output, "--rate", "auto",
+                "--max-rate", "4", "--chunk-size", "1", "-q", "-vv", env=cli_env(server),
+            )  # fmt: skip
+            assert run.code == 0, run.stderr
+            assert server.stats.recipients_received == 6
+        assert "the learned request rate is 4/s (was unknown): first rate" in run.stderr
+        assert "the learned request rate is 8/s" not in run.stderr
+
+    async def test_the_plan_says_how_high_the_rate_may_go(self, tmp_path: Path) -> None:
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(3))
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "--dry-run", "--rate", "auto",
+                "--max-rate", "2.5", env=cli_env(server),
+            )  # fmt: skip
+        assert run.code == 0, run.stderr
+        assert "learned from the service's 429s (at most 2.5 requests/s)" in run.stdout
+
+    @pytest.mark.parametrize(
+        ("flags", "message"),
+        [
+            (["--rate", "5", "--max-rate", "4"], "--max-rate bounds a learned rate"),
+            (["--max-rate", "4"], "--max-rate bounds a learned rate"),
+            (["--rate", "auto", "--max-rate", "0"], "'0' is not a positive number"),
+            (["--rate", "auto", "--max-rate", "inf"], "'inf' is not a positive number"),
+        ],
+    )
+    async def test_a_max_rate_without_auto_or_not_a_rate_is_refused(
+        self, tmp_path: Path, flags: list[str], message: str
+    ) -> None:
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            contacts = write_csv(tmp_path / "in.csv", "number", numbers(3))
+            run = await dispatch_async(
+                "send", "basic", "--text", "hi", "-i", contacts, "-o", tmp_path / "out.jsonl",
+                *flags, env=cli_env(server),
+            )  # fmt: skip
+            assert server.stats.dispatch_calls == 0
+        assert run.code == 2
+        assert message in run.stderr
 
     @pytest.mark.parametrize("rate", ["fast", "0", "-3", "nan"])
     async def test_a_rate_that_is_neither_a_number_nor_auto_is_refused(

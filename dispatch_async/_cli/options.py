@@ -46,12 +46,20 @@ def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> floa
     """A positive number of requests per second, or "auto"."""
     if value is None or value.strip().lower() == "auto":
         return value and "auto"
+    return _positive(ctx, param, value, "is neither a positive number nor 'auto'")
+
+
+def _max_rate(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    return None if value is None else _positive(ctx, param, value, "is not a positive number")
+
+
+def _positive(ctx: click.Context, param: click.Parameter, value: str, otherwise: str) -> float:
     try:
         rate = float(value)
     except ValueError:
         rate = math.nan
     if not (rate > 0 and math.isfinite(rate)):
-        raise click.BadParameter(f"{value!r} is neither a positive number nor 'auto'", ctx, param)
+        raise click.BadParameter(f"{value!r} {otherwise}", ctx, param)
     return rate
 
 
@@ -78,6 +86,13 @@ connection_options = _options(
         envvar="DISPATCH_RATE",
         help="At most this many requests per second (a worker's: across every worker, "
         "shared in Redis), or 'auto': learned from the service's 429s.",
+    ),
+    click.option(
+        "--max-rate",
+        metavar="RATE",
+        callback=_max_rate,
+        envvar="DISPATCH_MAX_RATE",
+        help="With --rate auto: the most it may learn, or adopt from the other workers.",
     ),
     click.option(
         "--timeout",
@@ -133,6 +148,8 @@ progress_every_option = click.option(
 
 
 def connection(options: dict[str, Any]) -> Connection:
+    if options["max_rate"] is not None and options["rate"] != "auto":
+        raise click.UsageError("--max-rate bounds a learned rate: it goes with --rate auto")
     return Connection(
         base_url=options["base_url"],
         client_secret=_client_secret(options["client_secret_file"]),
@@ -141,6 +158,7 @@ def connection(options: dict[str, Any]) -> Connection:
         attempts=options["attempts"],
         max_retry_time=options["max_retry_time"],
         rate=options["rate"],
+        max_rate=options["max_rate"],
     )
 
 

@@ -99,9 +99,10 @@ async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
     report = [f"{spec.display.title} --dry-run ({spec.target.describe()}): nothing is sent"]
     report.append(f"input: {spec.input.path}{_layout(rows)}")
     report += _table(_counts(spec, count, refused, rows.empty))
-    given = spec.connection.rate
+    given, most = spec.connection.rate, spec.connection.max_rate
     if given == "auto":
         rate = ", at a rate learned from the service's 429s"
+        rate += f" (at most {most:g} requests/s)" if most else ""
     else:
         rate = f", at most {given:g} requests/s" if given else ""
     report.append(

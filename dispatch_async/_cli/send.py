@@ -261,7 +261,7 @@ async def run_send(spec: JobSpec) -> int:
         raise Problem("--output FILE is required: the results file, which --resume reads back")
     if not spec.connection.account:
         raise Problem("no account: set DISPATCH_ACCOUNT or pass --account")
-    session = spec.connection.session(requests_per_second=spec.connection.rate)
+    session = spec.connection.session(**spec.connection.rate_options())
     rows = spec.input.open()
     stored = None if spec.job_options is None else orjson.dumps(spec.job_options)
     files = JobFiles(spec.output, max_line=line_bound(spec.input.path), options=stored)

@@ -144,6 +144,12 @@ class Connection:
     attempts: int = DEFAULTS.attempts
     max_retry_time: float = DEFAULTS.max_retry_time
     rate: float | Literal["auto"] | None = None
+    #: With ``rate="auto"``: the most it may learn.
+    max_rate: float | None = None
+
+    def rate_options(self) -> dict[str, Any]:
+        """The rate, as a session and a ``RedisRateLimiter`` take it."""
+        return {"requests_per_second": self.rate, "max_requests_per_second": self.max_rate}
 
     def session(self, **options: Any) -> da.DispatchSession:
         """A session on this connection (Problem if it is incomplete or refused)."""

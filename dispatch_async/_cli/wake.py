@@ -7,6 +7,8 @@ producer waiting with ``-o`` recounts at once). A message only says "look again"
 state in Redis stays the only truth, and whoever waits still looks every so often in
 case a message was lost (pub/sub does not keep messages for a subscriber that is away,
 e.g. while Redis restarts) or the channel is not allowed (a Redis ACL without ``&P*``).
+Whoever may publish can publish anything, as often as they like: no message is kept,
+and none puts the next look in Redis off.
 """
 
 from __future__ import annotations
@@ -33,19 +35,26 @@ _RETRY_AFTER = 30.0
 
 
 class Wakeups:
-    """A subscription to one channel: *event* is set, and the payload kept, per message.
+    """A subscription to one channel: *event* is set per message, and *heard* (if given)
+    called with its payload; nothing is kept (a worker ran out of memory keeping them).
 
     Not subscribed (Redis refused, or the connection was lost) is not an error: the one
     waiting falls back to looking every so often. `resubscribe` tries again.
     """
 
-    def __init__(self, redis: ArqRedis, channel: str, event: asyncio.Event | None = None) -> None:
+    def __init__(
+        self,
+        redis: ArqRedis,
+        channel: str,
+        event: asyncio.Event | None = None,
+        heard: Callable[[bytes], None] | None = None,
+    ) -> None:
         self.channel = channel
         self.event = event or asyncio.Event()
         self._redis = redis
+        self._heard = heard
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None
-        self._payloads: list[bytes] = []
         self._warned = False
         self._next_try = -math.inf
 
@@ -92,15 +101,11 @@ class Wakeups:
         try:
             async for message in pubsub.listen():
                 if message["type"] == "message":
-                    self._payloads.append(message["data"])
+                    if self._heard is not None:
+                        self._heard(message["data"])
                     self.event.set()
         except redis_errors() as exc:
             log.debug("lost the Redis channel %s: %s", self.channel, type(exc).__name__)
-
-    def take(self) -> list[bytes]:
-        """The payloads received since the last call."""
-        payloads, self._payloads = self._payloads, []
-        return payloads
 
     async def wait(self, at_most: float) -> None:
         """Until *event* is set (then clear it) or *at_most* seconds passed."""
@@ -122,9 +127,11 @@ class Wakeups:
 
 
 @contextlib.asynccontextmanager
-async def subscribed(redis: ArqRedis, channel: str) -> AsyncIterator[Wakeups]:
+async def subscribed(
+    redis: ArqRedis, channel: str, heard: Callable[[bytes], None]
+) -> AsyncIterator[Wakeups]:
     """Wake-ups on *channel*, subscribed before this yields, unsubscribed after."""
-    wakeups = Wakeups(redis, channel)
+    wakeups = Wakeups(redis, channel, heard=heard)
     await wakeups.resubscribe()
     try:
         yield wakeups
@@ -143,29 +150,36 @@ async def wait_until_done(
     """Return once every chunk of *job* is ``done``.
 
     Each chunk done is announced on the job's done channel, so this returns as soon as
-    the last one is; it counts the states in Redis at the start, at the end, and when
-    nothing was announced for *every* seconds. *on_progress* (done, chunks) is called at
-    most every *every* seconds, and once at the end.
+    the last one is; it counts the states in Redis at the start, every *every* seconds
+    whatever is announced meanwhile (announcements can be missed, and anyone may
+    publish), and when the announcements say the job is done. *on_progress* (done,
+    chunks) is called at most every *every* seconds, and once at the end.
     """
     keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
     loop = asyncio.get_running_loop()
     shown = -math.inf
-    async with subscribed(redis, keys.done_channel) as wakeups:
+    done: set[bytes] = set()
+    chunks = 0
+
+    def heard(payload: bytes) -> None:
+        # Only a chunk the job has counts (a set of at most `chunks` indexes).
+        if len(payload) <= 10 and payload.isdigit() and int(payload) < chunks:
+            done.add(str(int(payload)).encode())
+
+    async with subscribed(redis, keys.done_channel, heard) as wakeups:
         chunks = int(await redis.hget(keys.meta, "chunks") or 0)
-        done = await _done(redis, keys)
         while True:
             # An announcement is published after its chunk's ``done`` is stored, and a
             # done chunk stays done; still, Redis says when the job is finished.
-            if len(done) >= chunks and len(done := await _done(redis, keys)) >= chunks:
+            done = await _done(redis, keys)
+            look_again = loop.time() + every
+            if len(done) >= chunks:
                 break
-            if on_progress is not None and loop.time() - shown >= every:
-                shown = loop.time()
-                on_progress(len(done), chunks)
-            await wakeups.wait(every)
-            if announced := wakeups.take():
-                done.update(announced)
-            else:
-                done = await _done(redis, keys)  # nothing announced for a while: look
+            while len(done) < chunks and (left := look_again - loop.time()) > 0:
+                if on_progress is not None and loop.time() - shown >= every:
+                    shown = loop.time()
+                    on_progress(len(done), chunks)
+                await wakeups.wait(left)
     if on_progress is not None:
         on_progress(len(done), chunks)
 

@@ -159,7 +159,7 @@ def _session(config: WorkerConfig) -> da.DispatchSession:
     try:
         limiter = (
             da.RedisRateLimiter(
-                config.queue_url, requests_per_second=connection.rate, key_prefix=config.key_prefix
+                config.queue_url, **connection.rate_options(), key_prefix=config.key_prefix
             )
             if connection.rate
             else None

@@ -168,11 +168,12 @@ class TestCoordination:
         told, other = await self.limiters(redis_server, prefix, Aimd().start(time.time()), 2)
         try:
             await told.learner.hold(30.0)
-            wait = await other.learner.reserve(10.0)
+            turn = await other.learner.reserve(10.0)
         finally:
             await told.aclose()
             await other.aclose()
-        assert wait > 20  # generous: the other's next send is ~30 s away
+        assert turn.reserved
+        assert turn.wait > 20  # generous: the other's next send is ~30 s away
 
 
 @pytest.mark.parametrize("rate", ["auto", 10], ids=["learned", "fixed"])

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
+from dispatch_async._adaptive import RateState
 from dispatch_async._cli.queue import JobKeys, Produced, connect, enqueue
 from dispatch_async._cli.report import report
 from dispatch_async._cli.spec import InputSpec, Target
@@ -466,3 +467,21 @@ async def test_a_worker_serves_prometheus_metrics_that_match_what_the_service_sa
     assert invalid == 1  # "12": the service rejects it
     assert sample("dispatch_token_fetches_total", source="fetched") == stats.tokens_issued
     assert "+55119" not in text  # no phone number is ever a label
+
+
+async def test_a_worker_learns_the_rate_no_higher_than_max_rate(
+    redis_server: str, prefix: str, tmp_path: Path, redis: Any
+) -> None:
+    source = tmp_path / "in.csv"
+    write_input(source)
+    await produce(redis_server, prefix, source, "bounded")
+    async with FakeDispatchServer(client_secret=SECRET) as server:
+        code, err = await cli(
+            "worker", "--queue", redis_server, "--key-prefix", prefix, "--burst",
+            "--poll-delay", "0.05", "--rate", "auto", "--max-rate", "3", env=worker_env(server),
+        )  # fmt: skip
+        assert code == 0, err
+        assert server.stats.recipients_received == LINES - 1
+    learned = RateState.decode((await redis.get(f"{prefix}rate:learned")).decode())
+    assert learned is not None
+    assert learned.rate == 3  # it starts at 10/s and doubles, unbounded

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 import redis.asyncio
 from arq.worker import Worker
 
-from dispatch_async._cli.queue import JobKeys, connect
+from dispatch_async._cli.queue import JobKeys, connect, wake_channel
 from dispatch_async._cli.report import report
 from dispatch_async._cli.spec import Connection, Problem
 from dispatch_async._cli.wake import wait_until_done
@@ -46,11 +47,13 @@ HANG = 60
 
 
 class Fetches:
-    """Counts a worker's fetches from its queue; `first` is set after the first one."""
+    """Counts a worker's fetches from its queue; `first` is set after the first one, and
+    `done` after each."""
 
     def __init__(self, pool: Any) -> None:
         self.count = 0
         self.first = asyncio.Event()
+        self.done = asyncio.Event()
         fetch = pool.zrangebyscore
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
@@ -59,6 +62,7 @@ class Fetches:
                 return await fetch(*args, **kwargs)
             finally:
                 self.first.set()
+                self.done.set()
 
         pool.zrangebyscore = counted
 
@@ -89,6 +93,14 @@ async def running_worker(
 
 async def produce_all(queue_url: str, prefix: str, source: Path, job: str) -> None:
     assert (await produce(queue_url, prefix, source, job)).enqueued == CHUNKS
+
+
+async def queued(queue_url: str, prefix: str, tmp_path: Path, job: str) -> JobKeys:
+    """*job* produced from a fresh input file, every chunk pending."""
+    source = tmp_path / "in.csv"
+    write_input(source)
+    await produce_all(queue_url, prefix, source, job)
+    return JobKeys(prefix, job)
 
 
 async def test_an_idle_worker_sends_a_job_queued_after_it_went_idle(
@@ -153,11 +165,8 @@ async def test_the_waiting_producer_returns_when_the_last_chunk_is_done(
 async def test_a_finished_job_is_not_waited_for(
     redis_server: str, prefix: str, tmp_path: Path
 ) -> None:
-    source = tmp_path / "in.csv"
-    write_input(source)
-    await produce_all(redis_server, prefix, source, "over")
+    keys = await queued(redis_server, prefix, tmp_path, "over")
     redis = await connect(redis_server)
-    keys = JobKeys(prefix, "over")
     await redis.hset(keys.state, mapping={str(i): b"done" for i in range(CHUNKS)})
     async with asyncio.timeout(HANG):
         await wait_until_done(redis, job="over", key_prefix=prefix, every=AN_HOUR)
@@ -219,3 +228,70 @@ def test_an_arq_without_what_the_worker_overrides_is_refused(
     with pytest.raises(Problem, match=rf"arq [0-9.]+ has no Worker\.{hook}, which the queue"):
         make_worker(config)
     assert signal.getsignal(signal.SIGINT) is ctrl_c  # refused before arq took Ctrl-C over
+
+
+class TestAnythingPublishedOnTheChannels:
+    """Anyone who may publish can: a message says "look again", and nothing more."""
+
+    async def test_the_worker_keeps_nothing_of_what_wakes_it(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        payload = b"x" * 2**20
+        publisher = redis.asyncio.Redis.from_url(redis_server)
+        async with (
+            FakeDispatchServer(client_secret=SECRET) as server,
+            running_worker(server, redis_server, prefix) as fetches,
+        ):
+            await fetches.first.wait()  # subscribed, and idle
+            tracemalloc.start()
+            try:
+                before, _ = tracemalloc.get_traced_memory()
+                for _ in range(32):
+                    fetches.done.clear()
+                    await publisher.publish(wake_channel(prefix), payload)
+                    async with asyncio.timeout(HANG):
+                        await fetches.done.wait()  # woken: the message was read
+                held = tracemalloc.get_traced_memory()[0] - before
+            finally:
+                tracemalloc.stop()
+                await publisher.aclose()
+        assert held < 8 * 2**20  # 32 MiB were published
+
+    async def test_the_waiting_producer_looks_in_redis_whatever_arrives(
+        self, redis_server: str, prefix: str, tmp_path: Path
+    ) -> None:
+        """The job is done in Redis, its announcements were missed, and messages trickle in."""
+        keys = await queued(redis_server, prefix, tmp_path, "trickle")
+        redis = await connect(redis_server)
+        progress: list[tuple[int, int]] = []
+        shown = asyncio.Event()
+
+        def show(done: int, chunks: int) -> None:
+            progress.append((done, chunks))
+            shown.set()
+
+        waiting = asyncio.ensure_future(
+            wait_until_done(redis, job="trickle", key_prefix=prefix, every=0.5, on_progress=show)
+        )
+
+        async def trickle() -> None:
+            # A worker announcing chunk 0 again and again: each message comes well within
+            # `every` of the one before.
+            while True:
+                await redis.publish(keys.done_channel, b"0")
+                await asyncio.sleep(0.05)
+
+        trickling = asyncio.ensure_future(trickle())
+        try:
+            async with asyncio.timeout(HANG):
+                await shown.wait()  # subscribed, and waiting
+            await redis.hset(keys.state, mapping={str(i): b"done" for i in range(CHUNKS)})
+            async with asyncio.timeout(HANG):  # it waited for a full `every` of silence
+                await waiting
+        finally:
+            for task in (waiting, trickling):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await redis.aclose()
+        assert progress[-1] == (CHUNKS, CHUNKS)
