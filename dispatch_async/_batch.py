@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
-from typing import Any, ParamSpec, TypedDict, cast
+from typing import Any, TypedDict, cast
 
 import attrs
 
@@ -35,8 +34,6 @@ from ._recipients import BadChunkError, Chunk, Recipients, check_shape, chunked
 from ._screen import Screen
 
 __all__ = ["STOPS_THE_JOB", "BatchOptions", "BatchSettings", "Batcher", "Flight", "collected"]
-
-P = ParamSpec("P")
 
 log = logging.getLogger("dispatch_async")
 
@@ -275,31 +272,17 @@ def _outcome(
     raise error  # a bug: chunk tasks turn every other failure into a result
 
 
-def collected(
-    stream: Callable[P, AsyncGenerator[DispatchResult, None]],
-) -> Callable[P, Coroutine[Any, Any, DispatchResult]]:
-    """The ``send_*`` twin of a ``stream_*`` method: the same arguments, one merged result.
+async def collected(parts: AsyncGenerator[DispatchResult, None]) -> DispatchResult:
+    """A ``stream_*`` call's *parts* merged into one result: what its ``send_*`` twin returns.
 
     An error that stops the job carries the partial result (``error.result``).
     """
-
-    async def send(*args: P.args, **kwargs: P.kwargs) -> DispatchResult:
-        parts: list[DispatchResult] = []
-        try:
-            async with contextlib.aclosing(stream(*args, **kwargs)) as stream_parts:
-                async for part in stream_parts:
-                    parts.append(part)
-        except DispatchError as error:
-            error.result = merge_results(parts)
-            raise
-        return merge_results(parts)
-
-    send.__signature__ = inspect.signature(stream).replace(  # type: ignore[attr-defined]
-        return_annotation="DispatchResult"
-    )
-    send.__name__ = stream.__name__.replace("stream_", "send_")
-    send.__qualname__ = stream.__qualname__.replace("stream_", "send_")
-    send.__doc__ = (stream.__doc__ or "").replace(", yielding a result per chunk", "").replace(
-        ", per chunk", ""
-    ) + "\n\nReturns one DispatchResult for every recipient, in input order."
-    return send
+    done: list[DispatchResult] = []
+    try:
+        async with contextlib.aclosing(parts):
+            async for part in parts:
+                done.append(part)
+    except DispatchError as error:
+        error.result = merge_results(done)
+        raise
+    return merge_results(done)
