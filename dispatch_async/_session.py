@@ -241,7 +241,8 @@ class DispatchSession(Sending):
         self._open()
         settings = attrs.evolve(self.settings, **options) if options else self.settings
 
-        report = _instrument.start_call(self._hooks, endpoint.path)
+        url = str(self._transport.url(endpoint.path))
+        report = _instrument.start_call(self._hooks, endpoint.path, url)
 
         async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
             return await self._send_chunk(endpoint, fields, chunk, flight)
