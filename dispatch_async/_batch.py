@@ -71,13 +71,26 @@ class BatchSettings:
     """
 
     chunk_size: int = attrs.field(default=1000, validator=_positive)
+    """Recipients per request."""
     max_concurrency: int = attrs.field(default=8, validator=_positive)
+    """Requests in flight at once, per call."""
     dedupe: bool = False
+    """Send each number once per call; repeats become `InvalidMessage` values with the
+    reason `DUPLICATE_REASON`."""
     prevalidate: bool = False
+    """Check numbers locally (extra ``phonenumbers``) and send them in E.164; numbers
+    that are not phone numbers are refused before sending."""
     region: str | None = None
+    """The country assumed for numbers written without ``+`` (``"BR"``), for
+    ``prevalidate`` and ``dedupe``."""
     deadline: float | None = attrs.field(default=None, validator=_optional_seconds)
+    """Seconds for the whole call. When they pass, the requests in flight are cancelled
+    and the call returns: recipients not answered are failed (maybe sent if their
+    request had left). None: no deadline."""
     on_progress: ProgressCallback | None = None
+    """Called with (recipients done, total or None) as each chunk completes."""
     before_send: BeforeSend | None = None
+    """Awaited with a chunk's input positions just before its request first leaves."""
 
 
 class BatchOptions(TypedDict, total=False):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import attrs
+from yarl import URL
 
 from . import _instrument
 from ._auth import TOKEN_REQUESTS, Secret, TokenEndpoint, TokenKeeper, TokenRequest
@@ -54,7 +55,7 @@ _NOTHING_SENT: dict[str, list[Any]] = {"validMessages": [], "invalidMessages": [
 class DispatchSession(Sending):
     """A connection to the dispatch service: token, HTTP pool, rate limit and batcher.
 
-    Use one per application (it is safe to share between concurrent tasks)::
+    Use one per application (it is safe to share between concurrent tasks):
 
         async with DispatchSession(url, client_secret=secret, account="acme") as session:
             result = await session.send_template(numbers, template_id="pix_reminder")
@@ -67,12 +68,22 @@ class DispatchSession(Sending):
     The batcher settings (``chunk_size``, ``max_concurrency``, ``dedupe``,
     ``prevalidate``, ``region``, ``deadline``, ``on_progress``) can be overridden per call.
     ``hooks`` (see `dispatch_async.instrumentation`) replace the global hooks for this session.
-    ``token_request`` is how the token request's body is encoded: ``"form"`` (the spec's),
-    ``"json"`` (the vendor's example), or ``"auto"``: the form, then JSON once if the token
-    endpoint answers 400 or 415, keeping what worked. `check_credentials` fetches a token
-    at start-up, so a wrong secret or a refused address shows before the first send.
-    `with_options` gives a view with another timeout, retry policy or batch settings.
+    ``token_request`` is how the token request's body is encoded: ``"form"`` (as the API
+    documentation says), ``"json"`` (as the vendor's example sends it), or ``"auto"``:
+    the form, then JSON once if the token endpoint answers 400 or 415, keeping what
+    worked. `check_credentials` fetches a token at start-up, so a wrong secret or a
+    refused address shows before the first send. `with_options` gives a view with
+    another timeout, retry policy or batch settings.
     """
+
+    base_url: URL
+    """The service's address, as checked: https, or http to a loopback host only."""
+    account: str | None
+    """The account sent with every dispatch unless a call names another."""
+    retry: RetryPolicy
+    """How requests the service did not act on are tried again."""
+    settings: BatchSettings
+    """The batch settings of every call, unless a call overrides them."""
 
     def __init__(
         self,
