@@ -92,8 +92,10 @@ class TestExpiresIn:
     @given(
         st.recursive(
             st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=80),
-            lambda inner: st.lists(inner, max_size=3)
-            | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+            ),
             max_leaves=6,
         )
     )
