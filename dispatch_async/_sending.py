@@ -181,7 +181,8 @@ class Sending:
         """`send_template`, yielding a `DispatchResult` per chunk as each completes.
 
         For inputs too large to hold every outcome at once. Wrap a stream you may leave
-        early in ``contextlib.aclosing``: it cancels the chunks in flight at once.
+        early in ``contextlib.aclosing`` (``contextlib.closing`` for a `DispatchClient`'s):
+        it cancels the chunks in flight at once.
         """
         fields = envelope(
             TEMPLATE,
