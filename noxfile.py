@@ -38,6 +38,13 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
+@nox.session(name="docs-serve")
+def docs_serve(session: nox.Session) -> None:
+    """The documentation, rebuilt as you edit it, on http://127.0.0.1:8000 (Ctrl-C stops)."""
+    session.install("-e", ".[docs]")
+    session.run("mkdocs", "serve", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """The benchmarks against a raw aiohttp baseline (see docs/guides/performance.md)."""

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
-from typing import Any, ParamSpec, TypedDict, cast
+from typing import Any, TypedDict, cast
 
 import attrs
 
@@ -36,8 +35,6 @@ from ._recipients import BadChunkError, Chunk, Recipients, check_shape, chunked
 from ._screen import Screen
 
 __all__ = ["STOPS_THE_JOB", "BatchOptions", "BatchSettings", "Batcher", "Flight", "collected"]
-
-P = ParamSpec("P")
 
 log = logging.getLogger("dispatch_async")
 
@@ -63,13 +60,26 @@ class BatchSettings:
     """
 
     chunk_size: int = 1000
+    """Recipients per request."""
     max_concurrency: int = 8
+    """Requests in flight at once, per call."""
     dedupe: bool = False
+    """Send each number once per call; repeats become `InvalidMessage` values with the
+    reason `DUPLICATE_REASON`."""
     prevalidate: bool = False
+    """Check numbers locally (extra ``phonenumbers``) and send them in E.164; numbers
+    that are not phone numbers are refused before sending."""
     region: str | None = None
+    """The country assumed for numbers written without ``+`` (``"BR"``), for
+    ``prevalidate`` and ``dedupe``."""
     deadline: float | None = None
+    """Seconds for the whole call. When they pass, the requests in flight are cancelled
+    and the call returns: recipients not answered are failed (maybe sent if their
+    request had left). None: no deadline."""
     on_progress: ProgressCallback | None = None
+    """Called with (recipients done, total or None) as each chunk completes."""
     before_send: BeforeSend | None = None
+    """Awaited with a chunk's input positions just before its request first leaves."""
 
     def __attrs_post_init__(self) -> None:  # made, and made again by attrs.evolve
         check_arguments(attrs.asdict(self, recurse=False))
@@ -294,31 +304,17 @@ def _outcome(
     raise error  # a bug: chunk tasks turn every other failure into a result
 
 
-def collected(
-    stream: Callable[P, AsyncGenerator[DispatchResult, None]],
-) -> Callable[P, Coroutine[Any, Any, DispatchResult]]:
-    """The ``send_*`` twin of a ``stream_*`` method: the same arguments, one merged result.
+async def collected(parts: AsyncGenerator[DispatchResult, None]) -> DispatchResult:
+    """A ``stream_*`` call's *parts* merged into one result: what its ``send_*`` twin returns.
 
     An error that stops the job carries the partial result (``error.result``).
     """
-
-    async def send(*args: P.args, **kwargs: P.kwargs) -> DispatchResult:
-        parts: list[DispatchResult] = []
-        try:
-            async with contextlib.aclosing(stream(*args, **kwargs)) as stream_parts:
-                async for part in stream_parts:
-                    parts.append(part)
-        except DispatchError as error:
-            error.result = merge_results(parts)
-            raise
-        return merge_results(parts)
-
-    send.__signature__ = inspect.signature(stream).replace(  # type: ignore[attr-defined]
-        return_annotation="DispatchResult"
-    )
-    send.__name__ = stream.__name__.replace("stream_", "send_")
-    send.__qualname__ = stream.__qualname__.replace("stream_", "send_")
-    send.__doc__ = (stream.__doc__ or "").replace(", yielding a result per chunk", "").replace(
-        ", per chunk", ""
-    ) + "\n\nReturns one DispatchResult for every recipient, in input order."
-    return send
+    done: list[DispatchResult] = []
+    try:
+        async with contextlib.aclosing(parts):
+            async for part in parts:
+                done.append(part)
+    except DispatchError as error:
+        error.result = merge_results(done)
+        raise
+    return merge_results(done)

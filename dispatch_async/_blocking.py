@@ -282,7 +282,7 @@ class DispatchClient:
     """The blocking client: `DispatchSession`'s calls for synchronous code.
 
     Make one per process and share it (between threads too), e.g. at module level in
-    a Celery tasks module or a Django app; it starts on first use and closes at exit::
+    a Celery tasks module or a Django app; it starts on first use and closes at exit:
 
         client = DispatchClient.from_env()
         result = client.send_template(numbers, template_id="pix_reminder")

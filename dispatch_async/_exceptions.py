@@ -88,7 +88,13 @@ class DispatchError(Exception):
     """The root of every error dispatch-async raises."""
 
     maybe_sent: bool = False
+    """Whether the service may have acted on the request that failed: what decides
+    whether sending again is safe."""
     result: DispatchResult | None = None
+    """The partial result of a ``send_*`` call this error stopped, accounting for every
+    recipient read so far; None otherwise."""
+    message: str
+    """The error's text, without the class name."""
 
     def __init__(self, message: str, *, maybe_sent: bool | None = None) -> None:
         super().__init__(message)
@@ -103,6 +109,11 @@ class InputError(DispatchError, ValueError):
 
 class InvalidRecipientError(InputError, TypeError):
     """A recipient is malformed; ``position`` is its index in the caller's input."""
+
+    position: int
+    """The recipient's index in the caller's input."""
+    problem: str
+    """What is wrong with it."""
 
     def __init__(self, position: int, problem: str) -> None:
         super().__init__(f"recipient at position {position}: {problem}")
@@ -168,6 +179,13 @@ class StatusError(DispatchError):
     ``body`` is a truncated excerpt of what it said, safe to log.
     """
 
+    status: int
+    """The HTTP status."""
+    headers: Mapping[str, str]
+    """The answer's headers (names case-insensitive)."""
+    body: str
+    """An excerpt of the answer's body, truncated and with secrets masked."""
+
     def __init__(
         self,
         message: str,
@@ -218,9 +236,10 @@ _FORBIDDEN = (
 
 
 class RateLimitedError(ClientStatusError):
-    """A 429; ``retry_after`` is the wait the service asked for, in seconds, if any."""
+    """A 429: the service is rate limiting this account."""
 
     retry_after: float | None = None
+    """The wait the service asked for (Retry-After), in seconds; None if it gave none."""
 
 
 class ServerStatusError(StatusError):
@@ -234,6 +253,7 @@ class ServiceUnavailableError(ServerStatusError):
 
     maybe_sent = False
     retry_after: float | None = None
+    """The wait the service asked for (Retry-After), in seconds; None if it gave none."""
 
 
 class MalformedResponseError(DispatchError):

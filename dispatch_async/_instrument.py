@@ -70,10 +70,10 @@ def _active(hooks: tuple[Hook, ...] | None) -> tuple[Hook, ...]:
     return get_hooks() if hooks is None else hooks
 
 
-def start_call(hooks: tuple[Hook, ...] | None, endpoint: str) -> CallReport | None:
-    """A report for a new call, or None when nothing listens."""
+def start_call(hooks: tuple[Hook, ...] | None, endpoint: str, url: str) -> CallReport | None:
+    """A report for a new call to *endpoint* (a path) at *url*, or None when nothing listens."""
     current = _active(hooks)
-    return CallReport(current, endpoint) if current else None
+    return CallReport(current, endpoint, url) if current else None
 
 
 def attempt(sending: Awaitable[T]) -> Awaitable[T]:
@@ -113,9 +113,10 @@ def rate_changed(
 class CallReport:
     """One call's events: started, each chunk attempt, finished."""
 
-    def __init__(self, hooks: tuple[Hook, ...], endpoint: str) -> None:
+    def __init__(self, hooks: tuple[Hook, ...], endpoint: str, url: str) -> None:
         self.hooks = hooks
         self.endpoint = endpoint
+        self.url = url
         self.call_id = next(_ids)
 
     def chunks(
@@ -134,7 +135,7 @@ class CallReport:
         self, parts: AsyncGenerator[DispatchResult, None], total: int | None
     ) -> AsyncGenerator[DispatchResult, None]:
         """*parts*, reporting the call's start, and its outcome counts when it ends."""
-        emit(self.hooks, CallStarted(self.call_id, self.endpoint, total))
+        emit(self.hooks, CallStarted(self.call_id, self.endpoint, total, self.url))
         started = time.monotonic()
         outcomes: Counter[str] = Counter()
         recipients = 0

@@ -46,23 +46,25 @@ def _check_vars(_: object, __: attrs.Attribute[Mapping[str, str]], value: object
 
 @attrs.frozen
 class Recipient:
-    """One phone number to send to, with the template variables for that number.
-
-    ``ref`` is yours (a row key, a contact id): it never goes on the wire and comes
-    back as the ``ref`` of this recipient's outcome.
-    """
+    """One phone number to send to, with the template variables for that number."""
 
     number: str = attrs.field(validator=_check_number)
+    """The phone number to send to, such as ``+5511987654321``."""
     vars: Mapping[str, str] = attrs.field(factory=dict, validator=_check_vars, kw_only=True)
+    """The template's variables for this number (name to text)."""
     ref: Any = attrs.field(default=None, kw_only=True)
+    """Yours (a row key, a contact id): it never goes on the wire and comes back as
+    the ``ref`` of this recipient's outcome."""
 
 
 @attrs.frozen
 class Fallback:
-    """What to send on another channel when the main one fails (spec 2.3)."""
+    """What to send on another channel when RCS cannot deliver (a phone without RCS)."""
 
     channel: str
+    """The other channel: ``"sms"``."""
     content: str
+    """The text to send there."""
 
     @classmethod
     def sms(cls, text: str) -> Fallback:
@@ -72,47 +74,48 @@ class Fallback:
 
 @attrs.frozen
 class ValidMessage:
-    """A recipient the service accepted; ``number`` is as the caller gave it.
-
-    ``id`` is the message's id, which the service's delivery callbacks call
-    ``reference``. ``position`` is the recipient's index in the caller's input, ``ref``
-    the ``Recipient.ref`` it was given with (None without one). ``session_id`` is the
-    conversational session the service opened (webhook and template sends), None for
-    basic and single or when the answer has none.
-    """
+    """A recipient the service accepted."""
 
     id: str
+    """The message's id, which the service's delivery callbacks call ``reference``."""
     number: str
+    """The number as the caller gave it."""
     position: int
+    """The recipient's index in the caller's input."""
     ref: Any = None
+    """The `Recipient.ref` it was given with (None without one)."""
     session_id: str | None = None
+    """The conversational session the service opened (webhook and template sends);
+    None for basic and single, or when the answer has none."""
 
 
 @attrs.frozen
 class InvalidMessage:
-    """A recipient the service (or local validation) rejected, and why.
-
-    ``position`` and ``ref`` as for ``ValidMessage``.
-    """
+    """A recipient the service (or local validation) rejected, and why."""
 
     number: str
+    """The number as the caller gave it."""
     reason: str
+    """Why: the service's words, or the SDK's for a local refusal (`DUPLICATE_REASON`)."""
     position: int
+    """The recipient's index in the caller's input."""
     ref: Any = None
+    """The `Recipient.ref` it was given with (None without one)."""
 
 
 @attrs.frozen
 class FailedRecipient:
-    """A recipient with no answer from the service.
-
-    ``maybe_sent`` is False only when the service certainly did not act, so the
-    recipient is safe to send again. ``position`` is its index in the caller's input.
-    """
+    """A recipient with no answer from the service."""
 
     recipient: Recipient
+    """The recipient, as a `Recipient`, ready to send again."""
     error: DispatchError
+    """Why its request got no answer (a `DispatchError`)."""
     maybe_sent: bool
+    """False only when the service certainly did not act: the recipient is safe to
+    send again. True when it may have acted: sending again may send twice."""
     position: int
+    """The recipient's index in the caller's input."""
 
     @property
     def ref(self) -> Any:
@@ -215,10 +218,12 @@ class ValidMessages(_Outcomes[ValidMessage]):
 
     @property
     def ids(self) -> Sequence[str]:
+        """Each message's `ValidMessage.id`."""
         return self._first
 
     @property
     def numbers(self) -> Sequence[str]:
+        """Each message's number, as the caller gave it."""
         return self._second
 
     @property
@@ -235,10 +240,12 @@ class InvalidMessages(_Outcomes[InvalidMessage]):
 
     @property
     def numbers(self) -> Sequence[str]:
+        """Each rejected number, as the caller gave it."""
         return self._first
 
     @property
     def reasons(self) -> Sequence[str]:
+        """Each rejection's `InvalidMessage.reason`."""
         return self._second
 
 
@@ -269,16 +276,24 @@ class DispatchResult:
     """What happened to every recipient of a call, or of one chunk of it.
 
     Every input position in ``positions`` is in exactly one of ``valid``, ``invalid``
-    and ``failed``. ``unexpected`` holds answer entries that matched no recipient sent.
+    and ``failed``.
     """
 
     positions: range
+    """The input positions this result accounts for (all of a ``send_*`` call's)."""
     valid: Sequence[ValidMessage] = attrs.field(factory=lambda: valid_messages((), (), ()))
+    """The recipients the service accepted, in input order (a `ValidMessages`)."""
     invalid: Sequence[InvalidMessage] = attrs.field(factory=lambda: invalid_messages((), (), ()))
+    """The recipients rejected, by the service or locally, in input order (an
+    `InvalidMessages`)."""
     failed: Sequence[FailedRecipient] = attrs.field(factory=list)
+    """The recipients with no answer, in input order; see `FailedRecipient.maybe_sent`."""
     unexpected: Sequence[Mapping[str, Any]] = attrs.field(factory=list)
+    """Entries of the service's answers that matched no recipient sent."""
     requests: int = 0
+    """Dispatch requests made, retries and re-sends after a refused token included."""
     retries: int = 0
+    """Requests re-sent after a failure the retry policy allows."""
 
     @property
     def counts(self) -> dict[str, int]:

@@ -36,8 +36,11 @@ class PlannedChunk:
     """
 
     positions: range
+    """The chunk's input positions."""
     numbers: Sequence[str]
+    """The numbers that would go on the wire (E.164 with ``prevalidate``)."""
     refused: Sequence[InvalidMessage]
+    """The recipients screened out locally, as `InvalidMessage` values."""
 
 
 async def plan(

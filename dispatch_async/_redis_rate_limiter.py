@@ -44,7 +44,7 @@ CLOSED_MAX_WAIT = 2.0
 class RedisRateLimiter:
     """At most *requests_per_second* requests across every process sharing Redis and prefix.
 
-    ::
+    For example:
 
         limiter = RedisRateLimiter("redis://127.0.0.1:6379/0", requests_per_second=50)
         async with DispatchSession(url, client_secret=secret, rate_limiter=limiter) as s:

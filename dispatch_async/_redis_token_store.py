@@ -26,9 +26,6 @@ __all__ = ["RedisTokenStore"]
 
 log = logging.getLogger("dispatch_async")
 
-#: Seconds the refresh lock lives if its holder dies. A live holder renews it every
-#: third of that for as long as its token fetch takes.
-DEFAULT_LOCK_TIMEOUT = 20.0
 
 #: A token we put in an Authorization header: printable ASCII, no control characters.
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
@@ -37,7 +34,7 @@ _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 class RedisTokenStore:
     """Share one access token between the processes that use the same Redis and prefix.
 
-    Give each session its own store (the session closes it)::
+    Give each session its own store (the session closes it):
 
         store = RedisTokenStore("redis://:password@127.0.0.1:6379/0", key_prefix="acme:")
         async with DispatchSession(url, client_secret=secret, token_store=store) as session:
@@ -49,7 +46,8 @@ class RedisTokenStore:
     Args:
         redis_url: ``redis://[[user]:password@]host[:port][/db]`` (or ``rediss://``).
         key_prefix: every key starts with it; restrict the Redis user to ``~<prefix>*``.
-        lock_timeout: seconds after which a refresh lock whose holder died expires.
+        lock_timeout: seconds after which a refresh lock whose holder died expires (a
+            live holder renews it every third of that while its token fetch lasts).
 
     Raises:
         ConfigurationError: the redis extra is not installed, or a bad argument.
@@ -60,7 +58,7 @@ class RedisTokenStore:
         redis_url: str,
         *,
         key_prefix: str = DEFAULT_KEY_PREFIX,
-        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_timeout: float = 20.0,
     ) -> None:
         self._redis = RedisClient(redis_url, "RedisTokenStore")
         self.key_prefix = check_prefix(key_prefix)

@@ -41,12 +41,19 @@ class RetryPolicy:
     """
 
     attempts: int = attrs.field(default=5, validator=attrs.validators.ge(1))
+    """The most tries of one request, the first included (1: never retry)."""
     max_time: float = attrs.field(default=120.0, validator=attrs.validators.gt(0))
+    """Seconds after the first try past which no retry starts."""
     first_wait: float = attrs.field(default=0.5, validator=attrs.validators.ge(0))
+    """The longest wait before the first retry; it doubles each retry (full jitter)."""
     max_wait: float = attrs.field(default=30.0, validator=attrs.validators.ge(0))
+    """The longest wait between two tries, when the service asked for none."""
     max_retry_after: float = attrs.field(default=120.0, validator=attrs.validators.ge(0))
+    """The longest Retry-After honoured, in seconds (a longer one is capped)."""
     statuses: frozenset[int] = attrs.field(default=frozenset({429, 503}), converter=_statuses)
+    """The HTTP statuses retried (connection failures before sending always are)."""
     wait: bool = True
+    """False: retry at once, ignoring Retry-After too (for tests)."""
 
     def should_retry(self, error: BaseException) -> bool:
         """Whether *error* is worth another attempt under this policy."""

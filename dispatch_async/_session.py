@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import logging
 import platform
 import warnings
 from collections.abc import AsyncGenerator, Callable, Iterable
@@ -13,12 +12,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import attrs
+from yarl import URL
 
 from . import _instrument
 from ._arguments import check_arguments
 from ._auth import Secret, TokenEndpoint, TokenKeeper, TokenRequest
-from ._batch import STOPS_THE_JOB, Batcher, BatchSettings, Flight, collected
-from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, basic_text_warning, envelope
+from ._batch import STOPS_THE_JOB, Batcher, BatchSettings, Flight
+from ._endpoints import Endpoint
 from ._environment import settings_from_env
 from ._exceptions import (
     CallbackError,
@@ -27,10 +27,11 @@ from ._exceptions import (
 )
 from ._lifecycle import Lifecycle, State
 from ._matching import result_from_answer, result_from_error
-from ._models import DispatchResult, Fallback
+from ._models import DispatchResult
 from ._recipients import Chunk, Recipients
 from ._retry import RetryPolicy, parse_retry_after, retrying
 from ._screen import without_unencodable
+from ._sending import Sending
 from ._throttle import Limiter, Throttle
 from ._token_store import TokenStore
 from ._transport import Transport, check_base_url, client_timeout
@@ -45,18 +46,16 @@ if TYPE_CHECKING:
 
 __all__ = ["DispatchSession"]
 
-log = logging.getLogger("dispatch_async")
-
 USER_AGENT = (
     f"dispatch-async/{__version__} aiohttp/{aiohttp.__version__} python/{platform.python_version()}"
 )
 _NOTHING_SENT: dict[str, list[Any]] = {"validMessages": [], "invalidMessages": []}
 
 
-class DispatchSession:
+class DispatchSession(Sending):
     """A connection to the dispatch service: token, HTTP pool, rate limit and batcher.
 
-    Use one per application (it is safe to share between concurrent tasks)::
+    Use one per application (it is safe to share between concurrent tasks):
 
         async with DispatchSession(url, client_secret=secret, account="acme") as session:
             result = await session.send_template(numbers, template_id="pix_reminder")
@@ -69,12 +68,22 @@ class DispatchSession:
     The batcher settings (``chunk_size``, ``max_concurrency``, ``dedupe``,
     ``prevalidate``, ``region``, ``deadline``, ``on_progress``) can be overridden per call.
     ``hooks`` (see `dispatch_async.instrumentation`) replace the global hooks for this session.
-    ``token_request`` is how the token request's body is encoded: ``"form"`` (the spec's),
-    ``"json"`` (the vendor's example), or ``"auto"``: the form, then JSON once if the token
-    endpoint answers 400 or 415, keeping what worked. `check_credentials` fetches a token
-    at start-up, so a wrong secret or a refused address shows before the first send.
-    `with_options` gives a view with another timeout, retry policy or batch settings.
+    ``token_request`` is how the token request's body is encoded: ``"form"`` (as the API
+    documentation says), ``"json"`` (as the vendor's example sends it), or ``"auto"``:
+    the form, then JSON once if the token endpoint answers 400 or 415, keeping what
+    worked. `check_credentials` fetches a token at start-up, so a wrong secret or a
+    refused address shows before the first send. `with_options` gives a view with
+    another timeout, retry policy or batch settings.
     """
+
+    base_url: URL
+    """The service's address, as checked: https, or http to a loopback host only."""
+    account: str | None
+    """The account sent with every dispatch unless a call names another."""
+    retry: RetryPolicy
+    """How requests the service did not act on are tried again."""
+    settings: BatchSettings
+    """The batch settings of every call, unless a call overrides them."""
 
     def __init__(
         self,
@@ -206,118 +215,6 @@ class DispatchSession:
                 stacklevel=2,
             )
 
-    # -- the endpoints -------------------------------------------------------------
-
-    def stream_template(
-        self,
-        recipients: Recipients,
-        *,
-        template_id: str,
-        campaign_name: str | None = None,
-        fallback: Fallback | Iterable[Fallback] | None = None,
-        callback: str | None = None,
-        webhook: str | None = None,
-        account: str | None = None,
-        **options: Unpack[BatchOptions],
-    ) -> AsyncGenerator[DispatchResult, None]:
-        """Send a template (``POST /api/v3/template``), yielding a result per chunk."""
-        fields = envelope(
-            TEMPLATE,
-            account=account or self.account,
-            template_id=template_id,
-            campaign_name=campaign_name,
-            fallback=fallback,
-            callback=callback,
-            webhook=webhook,
-        )
-        return self._job(TEMPLATE, fields, recipients, options)
-
-    def stream_basic(
-        self,
-        recipients: Recipients,
-        *,
-        text: str,
-        campaign_name: str | None = None,
-        fallback: Fallback | Iterable[Fallback] | None = None,
-        callback: str | None = None,
-        account: str | None = None,
-        **options: Unpack[BatchOptions],
-    ) -> AsyncGenerator[DispatchResult, None]:
-        """Send *text* (``POST /api/v3/basic``, RCS basic: text only), yielding a result per chunk.
-
-        A text over `BASIC_TEXT_MAX_BYTES` UTF-8 bytes is sent, with a warning logged:
-        the RBM basic category carries at most that (see `basic_text_warning`).
-        """
-        if isinstance(text, str) and (warning := basic_text_warning(text)) is not None:
-            log.warning("%s", warning)
-        fields = envelope(
-            BASIC,
-            account=account or self.account,
-            text=text,
-            campaign_name=campaign_name,
-            fallback=fallback,
-            callback=callback,
-        )
-        return self._job(BASIC, fields, recipients, options)
-
-    def stream_single(
-        self,
-        recipients: Recipients,
-        *,
-        text: str,
-        campaign_name: str | None = None,
-        fallback: Fallback | Iterable[Fallback] | None = None,
-        callback: str | None = None,
-        account: str | None = None,
-        **options: Unpack[BatchOptions],
-    ) -> AsyncGenerator[DispatchResult, None]:
-        """Send *text* (``POST /api/v3/single``, on the wire the same as basic), per chunk."""
-        fields = envelope(
-            SINGLE,
-            account=account or self.account,
-            text=text,
-            campaign_name=campaign_name,
-            fallback=fallback,
-            callback=callback,
-        )
-        return self._job(SINGLE, fields, recipients, options)
-
-    def stream_webhook(
-        self,
-        recipients: Recipients,
-        *,
-        webhook: str,
-        text: str | None = None,
-        template_id: str | None = None,
-        campaign_name: str | None = None,
-        fallback: Fallback | Iterable[Fallback] | None = None,
-        callback: str | None = None,
-        account: str | None = None,
-        **options: Unpack[BatchOptions],
-    ) -> AsyncGenerator[DispatchResult, None]:
-        """Send with the service reporting to *webhook* (``POST /api/v3/webhook``), per chunk."""
-        fields = envelope(
-            WEBHOOK,
-            account=account or self.account,
-            webhook=webhook,
-            text=text,
-            template_id=template_id,
-            campaign_name=campaign_name,
-            fallback=fallback,
-            callback=callback,
-        )
-        return self._job(WEBHOOK, fields, recipients, options)
-
-    # Each send_* takes exactly what its stream_* takes, and merges the parts into one result.
-    send_template = collected(stream_template)
-    """`stream_template`'s arguments; awaited, one `DispatchResult` for every recipient."""
-    send_basic = collected(stream_basic)
-    """`stream_basic`'s arguments; awaited, one `DispatchResult` for every recipient."""
-    send_single = collected(stream_single)
-    """`stream_single`'s arguments; awaited, one `DispatchResult` for every recipient."""
-    send_webhook = collected(stream_webhook)
-    """`stream_webhook`'s arguments; awaited, one `DispatchResult` for every recipient."""
-
     async def check_credentials(self) -> None:
         """Fetch an access token now (or reuse the current one), so that bad credentials
         fail at start-up rather than on the first send.
@@ -348,7 +245,8 @@ class DispatchSession:
         self._open()
         settings = attrs.evolve(self.settings, **options) if options else self.settings
 
-        report = _instrument.start_call(self._hooks, endpoint.path)
+        url = str(self._transport.url(endpoint.path))
+        report = _instrument.start_call(self._hooks, endpoint.path, url)
 
         async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
             return await self._send_chunk(endpoint, fields, chunk, flight)

@@ -131,6 +131,10 @@ class Transport:
         if session is not None and self._owned:
             await session.close()
 
+    def url(self, path: str) -> URL:
+        """The absolute URL of *path* under the base URL."""
+        return self.base_url.with_path(self.base_url.path.rstrip("/") + path, encoded=False)
+
     async def request(
         self,
         method: str,
@@ -147,7 +151,7 @@ class Transport:
         session = self._session
         if session is None:
             raise SessionClosedError("the session is not open")
-        url = self.base_url.with_path(self.base_url.path.rstrip("/") + path, encoded=False)
+        url = self.url(path)
         headers = {"User-Agent": self._user_agent, **headers}
         body = _Body(data) if isinstance(data, bytes) else None
         try:

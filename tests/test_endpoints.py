@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
@@ -147,3 +148,20 @@ class TestRefusedBeforeSending:
         with pytest.raises(da.InputError, match="recipients must be"):
             await session.send_basic(recipients, text="x")
         assert server.stats.requests == 0
+
+
+class TestSendAndStreamTwins:
+    @pytest.mark.parametrize("endpoint", ["template", "basic", "single", "webhook"])
+    def test_send_takes_exactly_what_its_stream_takes(self, endpoint: str) -> None:
+        send = inspect.signature(getattr(da.DispatchSession, f"send_{endpoint}"))
+        stream = inspect.signature(getattr(da.DispatchSession, f"stream_{endpoint}"))
+        assert send.parameters == stream.parameters
+        assert send.return_annotation == "DispatchResult"
+        assert stream.return_annotation == "AsyncGenerator[DispatchResult, None]"
+
+    @pytest.mark.parametrize("endpoint", ["template", "basic", "single", "webhook"])
+    def test_the_blocking_client_takes_what_the_session_takes(self, endpoint: str) -> None:
+        for kind in ("send", "stream"):
+            client = inspect.signature(getattr(da.DispatchClient, f"{kind}_{endpoint}"))
+            session = inspect.signature(getattr(da.DispatchSession, f"{kind}_{endpoint}"))
+            assert client.parameters == session.parameters

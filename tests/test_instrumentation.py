@@ -18,6 +18,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CollectorRegistry
 
 import dispatch_async as da
@@ -302,6 +303,181 @@ async def test_opentelemetry_metrics_equal_what_the_simulator_counted(
     assert sum(p.value for p in points["dispatch.token.fetches"]) == server.stats.tokens_issued
     histogram = points["http.client.request.duration"]
     assert sum(p.count for p in histogram) == server.stats.requests
+
+
+class TestOpenTelemetryFollowsTheHttpClientConventions:
+    """Each attribute at the requirement level OpenTelemetry's semantic conventions give it.
+
+    Request spans (HTTP client spans): ``http.request.method``, ``server.address``,
+    ``server.port``, ``url.full`` Required; ``http.response.status_code`` if and only if
+    an answer came; ``error.type`` if and only if the request failed;
+    ``http.request.resend_count`` only on resends. ``http.client.request.duration``:
+    the same, less ``url.full`` and ``http.request.resend_count``.
+    """
+
+    REQUIRED = ("http.request.method", "server.address", "server.port", "url.full")
+
+    @pytest.fixture
+    async def telemetry(self, server: FakeDispatchServer) -> tuple[list[Any], dict[str, list[Any]]]:
+        hook, exporter, reader = otel()
+        await faulty_run(server, [hook], HeaderSpy())
+        server.script(Fault.drop_before())
+        async with da.DispatchSession(
+            server.url,
+            client_secret=SECRET,
+            account="a",
+            retry=da.RetryPolicy(attempts=1),
+            hooks=[hook],
+        ) as session:
+            await session.send_template(numbers(2, start=200), **TEMPLATE)
+        return list(exporter.get_finished_spans()), metric_points(reader)
+
+    @staticmethod
+    def requests(spans: list[Any]) -> list[Any]:
+        return [s for s in spans if s.parent is not None]
+
+    async def test_request_spans_are_client_spans_with_the_required_attributes(
+        self, server: FakeDispatchServer, telemetry: tuple[list[Any], dict[str, list[Any]]]
+    ) -> None:
+        spans, _ = telemetry
+        requests = self.requests(spans)
+        assert len(requests) == server.stats.requests
+        for span in requests:
+            assert span.kind is SpanKind.CLIENT
+            assert span.name == "POST"  # {method}: no low-cardinality url.template
+            attributes = dict(span.attributes or {})
+            assert {name: attributes[name] for name in self.REQUIRED} == {
+                "http.request.method": "POST",
+                "server.address": "127.0.0.1",
+                "server.port": server.port,
+                "url.full": f"{server.url}/api/v3/template",
+            }
+            assert "url.path" not in attributes  # a server span's attribute
+
+    async def test_a_status_code_only_when_an_answer_came_and_an_error_type_only_on_failure(
+        self, telemetry: tuple[list[Any], dict[str, list[Any]]]
+    ) -> None:
+        spans, _ = telemetry
+        by_outcome: dict[str, list[Any]] = {}
+        for span in self.requests(spans):
+            attributes = dict(span.attributes or {})
+            status = attributes.get("http.response.status_code")
+            by_outcome.setdefault(str(status), []).append(span)
+            if status == 200:
+                assert "error.type" not in attributes
+                assert "dispatch.maybe_sent" not in attributes  # only failures carry it
+                assert span.status.status_code is StatusCode.UNSET
+            elif status is None:  # the connection dropped: no answer
+                assert attributes["error.type"] == "transport"
+                # Written whole before the connection died: the service may have acted.
+                assert attributes["dispatch.maybe_sent"] is True
+                assert span.status.status_code is StatusCode.ERROR
+                assert span.status.description  # not inferable from a status code
+            else:
+                assert attributes["error.type"] == str(status)
+                assert attributes["dispatch.maybe_sent"] is (status == 500)
+                assert span.status.status_code is StatusCode.ERROR
+                assert span.status.description is None  # the status code says it
+        assert {"200", "401", "429", "500", "503", "None"} <= set(by_outcome)
+
+    async def test_the_resend_count_is_only_on_resends(
+        self, telemetry: tuple[list[Any], dict[str, list[Any]]]
+    ) -> None:
+        spans, _ = telemetry
+        per_chunk: dict[tuple[int, int], list[Any]] = {}
+        for span in sorted(self.requests(spans), key=lambda s: s.start_time):
+            key = (span.parent.span_id, span.attributes["dispatch.chunk.start"])
+            per_chunk.setdefault(key, []).append(span)
+        resent = 0
+        for chunk_spans in per_chunk.values():
+            counts = [s.attributes.get("http.request.resend_count") for s in chunk_spans]
+            assert counts == [None, *range(1, len(chunk_spans))]
+            resent += len(chunk_spans) - 1
+        # The 429 and the 503 were retried; the refused token's request was re-sent.
+        assert resent == 3
+
+    async def test_the_call_span_is_internal_and_errs_when_recipients_failed(
+        self, telemetry: tuple[list[Any], dict[str, list[Any]]]
+    ) -> None:
+        spans, _ = telemetry
+        calls = [s for s in spans if s.parent is None]
+        assert [s.kind for s in calls] == [SpanKind.INTERNAL] * 3
+        first, second, dropped = (dict(s.attributes or {}) for s in calls)
+        assert first["dispatch.recipients.count"] == 30
+        assert first["dispatch.recipients.maybe_sent"] == 10
+        assert calls[0].status.status_code is StatusCode.ERROR
+        assert first["error.type"] == "recipients_failed"
+        assert second["dispatch.recipients.valid"] == 5
+        assert calls[1].status.status_code is StatusCode.UNSET
+        assert "error.type" not in second
+        assert dropped["dispatch.recipients.maybe_sent"] == 2
+        assert calls[2].status.status_code is StatusCode.ERROR
+
+    async def test_no_attribute_name_is_also_a_namespace(
+        self, telemetry: tuple[list[Any], dict[str, list[Any]]]
+    ) -> None:
+        spans, points = telemetry
+        names = {name for span in spans for name in (span.attributes or {})}
+        names |= {name for series in points.values() for p in series for name in p.attributes}
+        assert len(names) > 10
+        assert sorted(a for a in names for b in names if b.startswith(f"{a}.")) == []
+
+    async def test_the_request_duration_carries_the_required_server_attributes(
+        self, server: FakeDispatchServer, telemetry: tuple[list[Any], dict[str, list[Any]]]
+    ) -> None:
+        _, points = telemetry
+        histogram = points["http.client.request.duration"]
+        assert sum(p.count for p in histogram) == server.stats.requests
+        for point in histogram:
+            attributes = dict(point.attributes)
+            assert attributes["http.request.method"] == "POST"
+            assert attributes["server.address"] == "127.0.0.1"
+            assert attributes["server.port"] == server.port
+            status = attributes.get("http.response.status_code")
+            assert ("error.type" in attributes) is (status != 200)
+            assert "url.full" not in attributes  # high cardinality: spans only
+            assert list(point.explicit_bounds) == [
+                0.005,
+                0.01,
+                0.025,
+                0.05,
+                0.075,
+                0.1,
+                0.25,
+                0.5,
+                0.75,
+                1,
+                2.5,
+                5,
+                7.5,
+                10,
+            ]
+
+
+class TestTheLearnedRateIsAGauge:
+    async def test_opentelemetry_and_prometheus_show_the_rate_the_session_learned(
+        self, server: FakeDispatchServer
+    ) -> None:
+        hook, _, reader = otel()
+        registry = CollectorRegistry()
+        recorder = Recorder()
+        async with da.DispatchSession(
+            server.url,
+            client_secret=SECRET,
+            account="a",
+            requests_per_second="auto",
+            hooks=[hook, ins.PrometheusHook(registry), recorder],
+        ) as session:
+            await session.send_template(numbers(4), **TEMPLATE, chunk_size=1)
+            learned = session.requests_per_second
+        changes = recorder.of(ins.RateChanged)
+        assert changes, "the session reported no rate"
+        assert learned == changes[-1].requests_per_second
+        [point] = metric_points(reader)["dispatch.request_rate"]
+        assert point.value == learned
+        assert point.attributes == {"dispatch.rate.shared": False}
+        shown = registry.get_sample_value("dispatch_requests_per_second", {"shared": "false"})
+        assert shown == learned
 
 
 # -- Prometheus --------------------------------------------------------------------

@@ -6,6 +6,7 @@ Only ``opentelemetry-api`` is imported: the application picks the SDK and export
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from ._events import (
     CallFinished,
@@ -14,6 +15,7 @@ from ._events import (
     ChunkSent,
     Event,
     Paused,
+    RateChanged,
     RetryScheduled,
     TokenObtained,
 )
@@ -29,18 +31,20 @@ else:
 __all__ = ["OpenTelemetryHook"]
 
 _SCOPE = "dispatch_async"
+# The semantic conventions' advice for http.client.request.duration (seconds).
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
 
 
 class OpenTelemetryHook:
-    """Report to the global (or given) tracer and meter providers."""
+    """Report to the global (or given) tracer and meter providers.
 
-    def __init__(
-        self,
-        *,
-        tracer_provider: Any = None,
-        meter_provider: Any = None,
-        server_address: str | None = None,
-    ) -> None:
+    Follows OpenTelemetry's semantic conventions for HTTP clients: a ``CLIENT`` span per
+    request (``POST``), under an ``INTERNAL`` span per call, and the
+    ``http.client.request.duration`` histogram. The observability guide lists every
+    span, metric and attribute.
+    """
+
+    def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         if not _INSTALLED:
             from .._exceptions import ConfigurationError
 
@@ -51,9 +55,7 @@ class OpenTelemetryHook:
 
         self._tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter(_SCOPE, __version__, meter_provider=meter_provider)
-        self._server = server_address
-        self._calls: dict[int, Any] = {}
-        self._attempts: dict[tuple[int, int, int], Any] = {}
+        self._calls: dict[int, _Call] = {}
         self.recipients = meter.create_counter(
             "dispatch.recipients", unit="{recipient}", description="Recipients by outcome"
         )
@@ -69,8 +71,16 @@ class OpenTelemetryHook:
         self.tokens = meter.create_counter(
             "dispatch.token.fetches", unit="{token}", description="Access tokens obtained"
         )
+        self.rate = meter.create_gauge(
+            "dispatch.request_rate",
+            unit="{request}/s",
+            description='The learned request rate (requests_per_second="auto")',
+        )
         self.duration = meter.create_histogram(
-            "http.client.request.duration", unit="s", description="Dispatch request duration"
+            "http.client.request.duration",
+            unit="s",
+            description="Duration of HTTP client requests.",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
         )
 
     def __call__(self, event: Event) -> None:
@@ -79,12 +89,7 @@ class OpenTelemetryHook:
         elif isinstance(event, ChunkAnswered):
             self._chunk_answered(event)
         elif isinstance(event, CallStarted):
-            attributes = {"dispatch.endpoint": event.endpoint}
-            if event.recipients is not None:
-                attributes["dispatch.recipients"] = event.recipients  # type: ignore[assignment]
-            self._calls[event.call_id] = self._tracer.start_span(
-                f"dispatch {event.endpoint}", kind=SpanKind.CLIENT, attributes=attributes
-            )
+            self._call_started(event)
         elif isinstance(event, CallFinished):
             self._call_finished(event)
         elif isinstance(event, RetryScheduled):
@@ -93,45 +98,71 @@ class OpenTelemetryHook:
             self.paused.add(event.seconds, {"http.response.status_code": event.status})
         elif isinstance(event, TokenObtained):
             self.tokens.add(1, {"dispatch.token.source": event.source})
+        elif isinstance(event, RateChanged):
+            self.rate.set(event.requests_per_second, {"dispatch.rate.shared": event.shared})
+
+    def _call_started(self, event: CallStarted) -> None:
+        attributes: dict[str, Any] = {"dispatch.endpoint": event.endpoint}
+        if event.recipients is not None:
+            attributes["dispatch.recipients.count"] = event.recipients
+        # The logical operation around the requests: INTERNAL, as the conventions want
+        # no encompassing HTTP CLIENT span around per-request ones.
+        span = self._tracer.start_span(
+            f"dispatch {event.endpoint}", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        self._calls[event.call_id] = _Call(span, event.url)
 
     def _chunk_sent(self, event: ChunkSent) -> None:
-        parent = self._calls.get(event.call_id)
-        context = trace.set_span_in_context(parent) if parent is not None else None
+        call = self._calls.get(event.call_id)
+        if call is None:  # pragma: no cover - a ChunkSent always follows its CallStarted
+            return
         attributes: dict[str, Any] = {
             "http.request.method": "POST",
-            "url.path": event.endpoint,
+            **call.server,
+            "url.full": call.url,
             "dispatch.chunk.start": event.start,
             "dispatch.chunk.size": event.size,
-            "http.request.resend_count": event.attempt - 1,
         }
-        if self._server:
-            attributes["server.address"] = self._server
+        # Every request for a chunk after its first is a resend (retry or refused token).
+        resends = call.sent.get(event.start, 0)
+        call.sent[event.start] = resends + 1
+        if resends:
+            attributes["http.request.resend_count"] = resends
         span = self._tracer.start_span(
-            "POST", context=context, kind=SpanKind.CLIENT, attributes=attributes
+            "POST",
+            context=trace.set_span_in_context(call.span),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
         )
-        self._attempts[(event.call_id, event.start, event.attempt)] = span
+        call.attempts[(event.start, event.attempt)] = span
         propagate.inject(event.headers, context=trace.set_span_in_context(span))
 
     def _chunk_answered(self, event: ChunkAnswered) -> None:
-        span = self._attempts.pop((event.call_id, event.start, event.attempt), None)
+        call = self._calls.get(event.call_id)
+        if call is None:  # pragma: no cover - a ChunkAnswered always follows its ChunkSent
+            return
+        span = call.attempts.pop((event.start, event.attempt), None)
         labels: dict[str, str | int] = {
             "dispatch.endpoint": event.endpoint,
             "http.request.method": "POST",
+            **call.server,
         }
-        if event.status is None:
-            labels["error.type"] = "transport"
-        else:
+        if event.status is not None:
             labels["http.response.status_code"] = event.status
+        if event.error is not None:
+            # The status code when one came, else this hook's one identifier for "no answer".
+            labels["error.type"] = "transport" if event.status is None else str(event.status)
         self.requests.add(1, labels)
         self.duration.record(event.duration, labels)
-        if span is None:
+        if span is None:  # pragma: no cover - see _chunk_sent
             return
-        span.set_attribute("dispatch.maybe_sent", event.maybe_sent)
-        if event.status is not None:
-            span.set_attribute("http.response.status_code", event.status)
+        for name in ("http.response.status_code", "error.type"):
+            if name in labels:
+                span.set_attribute(name, labels[name])
         if event.error is not None:
-            span.set_attribute("error.type", str(event.status or "transport"))
-            span.set_status(Status(StatusCode.ERROR, event.error))
+            span.set_attribute("dispatch.maybe_sent", event.maybe_sent)
+            # The conventions: no description when the status code says it all.
+            span.set_status(Status(StatusCode.ERROR, event.error if event.status is None else None))
         span.end()
 
     def _call_finished(self, event: CallFinished) -> None:
@@ -140,11 +171,36 @@ class OpenTelemetryHook:
                 self.recipients.add(
                     count, {"dispatch.endpoint": event.endpoint, "dispatch.outcome": outcome}
                 )
-        span = self._calls.pop(event.call_id, None)
-        if span is None:
+        call = self._calls.pop(event.call_id, None)
+        if call is None:  # pragma: no cover - a CallFinished always follows its CallStarted
             return
+        span = call.span
+        span.set_attribute("dispatch.recipients.count", event.recipients)
         for outcome, count in event.outcomes.items():
             span.set_attribute(f"dispatch.recipients.{outcome}", count)
+        failed = event.outcomes.get("maybe_sent", 0) + event.outcomes.get("not_sent", 0)
         if event.error is not None:
+            span.set_attribute("error.type", event.error)
             span.set_status(Status(StatusCode.ERROR, event.error))
+        elif failed:
+            span.set_attribute("error.type", "recipients_failed")
+            span.set_status(Status(StatusCode.ERROR, f"{failed} recipient(s) failed"))
         span.end()
+
+
+class _Call:
+    """A call's span, where its requests go, and its requests' spans."""
+
+    __slots__ = ("attempts", "sent", "server", "span", "url")
+
+    def __init__(self, span: Any, url: str) -> None:
+        self.span = span
+        self.url = url
+        parsed = urlsplit(url)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        self.server: dict[str, str | int] = {
+            "server.address": parsed.hostname or "",
+            "server.port": port,
+        }
+        self.sent: dict[int, int] = {}  # requests sent so far, per chunk start
+        self.attempts: dict[tuple[int, int], Any] = {}

@@ -9,6 +9,7 @@ from ._events import (
     ChunkAnswered,
     Event,
     Paused,
+    RateChanged,
     RetryScheduled,
     TokenObtained,
 )
@@ -53,6 +54,12 @@ class PrometheusHook:
         self.tokens = prom.Counter(
             "dispatch_token_fetches", "Access tokens obtained", ["source"], registry=registry
         )
+        self.rate = prom.Gauge(
+            "dispatch_requests_per_second",
+            'The learned request rate (requests_per_second="auto")',
+            ["shared"],
+            registry=registry,
+        )
         self.duration = prom.Histogram(
             "dispatch_request_duration_seconds",
             "Dispatch request duration",
@@ -75,3 +82,5 @@ class PrometheusHook:
             self.paused.labels(str(event.status)).inc(event.seconds)
         elif isinstance(event, TokenObtained):
             self.tokens.labels(event.source).inc()
+        elif isinstance(event, RateChanged):
+            self.rate.labels(str(event.shared).lower()).set(event.requests_per_second)

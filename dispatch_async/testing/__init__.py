@@ -1,8 +1,8 @@
 """A fake dispatch service for tests, benchmarks and demos.
 
 `FakeDispatchServer` is a real HTTP server on 127.0.0.1 that follows the dispatch API
-spec (token issuance, the four dispatch endpoints, the templates listing), counts what it
-saw in `ServerStats`, and can be scripted with `Fault` values::
+as documented (token issuance, the four dispatch endpoints, the templates listing), counts what it
+saw in `ServerStats`, and can be scripted with `Fault` values:
 
     from dispatch_async.testing import FakeDispatchServer, Fault
 

@@ -24,7 +24,6 @@ __all__ = ["Fault", "FaultKind", "FaultSchedule"]
 _ACTED_STATUSES: Final = frozenset({500, 502, 504})
 
 _JSON: Final = "application/json"
-_NOT_JSON_BODY: Final = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 
 
 class FaultKind(enum.Enum):
@@ -51,13 +50,21 @@ class Fault:
     """
 
     kind: FaultKind
+    """What goes wrong."""
     acted: bool
+    """Whether the service records the recipients as received before failing."""
     status_code: int = 200
+    """The status answered (``status`` faults; 200 for the others that answer)."""
     retry_after: str | None = None
+    """The Retry-After header sent, verbatim; None for none."""
     body: bytes | None = None
+    """The body answered instead of the normal one; None for the normal one."""
     content_type: str = _JSON
+    """The answer's Content-Type."""
     seconds: float = 0.0
+    """How long a ``delay`` fault waits before answering."""
     count: int = 0
+    """How many recipients an ``omit`` fault leaves out of the answer."""
 
     @classmethod
     def status(
@@ -123,7 +130,12 @@ class Fault:
         return cls(kind=FaultKind.OMIT, acted=True, count=n)
 
     @classmethod
-    def not_json(cls, *, body: bytes = _NOT_JSON_BODY, content_type: str = "text/html") -> Fault:
+    def not_json(
+        cls,
+        *,
+        body: bytes = b"<html><body><h1>502 Bad Gateway</h1></body></html>",
+        content_type: str = "text/html",
+    ) -> Fault:
         """Act, then answer 200 with a body that is not JSON (a proxy's error page)."""
         return cls(kind=FaultKind.NOT_JSON, acted=True, body=body, content_type=content_type)
 

@@ -62,7 +62,7 @@ class FakeDispatchServer:
     ``server.url``. Everything it saw is in ``server.stats``; faults are queued with
     `script`, `script_for` and `script_token`.
 
-    The spec shows no error answers, so these are the simulator's, except the 403 that
+    The API documentation shows no error answers, so these are the simulator's, except the 403 that
     integrations of the real service report. With ``allowed_ips``, a caller from another
     address gets 403 ``{"message": "IP address is not allowed: <ip>"}`` on the token
     endpoint and under ``/api/v3``. Token endpoint: 400 ``{"error":
@@ -92,7 +92,7 @@ class FakeDispatchServer:
         templates: what the templates listing returns.
         jwt_tokens: issue signed JWTs with ``iat`` and ``exp`` claims (as the real service
             is inferred to, from its ``X-Auth-Type: JWT``) instead of opaque tokens.
-        token_body: what the token endpoint reads: ``"form"`` (the spec's
+        token_body: what the token endpoint reads: ``"form"`` (the API documentation's
             x-www-form-urlencoded body), ``"json"`` (a JSON object, whatever the declared
             type, as the vendor's example sends it), or ``"any"``.
         allowed_ips: the only caller addresses served (an account's IP allow-list);

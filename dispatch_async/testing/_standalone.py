@@ -25,14 +25,14 @@ def _announce(url: str) -> None:
 async def serve_forever(
     server: FakeDispatchServer,
     *,
-    ready: Callable[[str], None] = _announce,
+    ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Start ``server``, call ``ready(url)``, serve until SIGINT/SIGTERM (or ``stop``), close.
 
     Args:
         server: a server not yet started.
-        ready: told the URL once listening; by default prints it on stdout.
+        ready: told the URL once listening; None prints it on stdout, one line.
         stop: set it to stop from inside the process (tests, embedding).
     """
     stop = stop or asyncio.Event()
@@ -45,7 +45,7 @@ async def serve_forever(
             handled.append(signum)
     try:
         async with server:
-            ready(server.url)
+            (ready or _announce)(server.url)
             await stop.wait()
     finally:
         for signum in handled:

@@ -18,45 +18,45 @@ class ServerStats:
     normal answer, or a fault that happens after acting (see `Fault.acted`).
     """
 
-    #: Requests to ``POST /oauth/token``, whatever their outcome.
     token_calls: int = 0
-    #: Tokens actually issued.
+    """Requests to ``POST /oauth/token``, whatever their outcome."""
     tokens_issued: int = 0
-    #: Every request under ``/api/v3``, including refused ones and the templates listing.
+    """Tokens actually issued."""
     requests: int = 0
-    #: Dispatch requests the service acted on.
+    """Every request under ``/api/v3``, including refused ones and the templates listing."""
     dispatch_calls: int = 0
-    #: Dispatch requests acted on, per endpoint name ("basic", "webhook", ...).
+    """Dispatch requests the service acted on."""
     calls_by_path: Counter[str] = attrs.field(factory=Counter)
-    #: Every number of every request acted on, valid or not, with multiplicity.
+    """Dispatch requests acted on, per endpoint name ("basic", "webhook", ...)."""
     received: Counter[str] = attrs.field(factory=Counter)
-    #: Total recipients acted on (the sum of ``received``).
+    """Every number of every request acted on, valid or not, with multiplicity."""
     recipients_received: int = 0
-    #: Peak number of ``/api/v3`` requests being handled at the same time.
+    """Total recipients acted on (the sum of ``received``)."""
     max_concurrent: int = 0
-    #: 401 answers under ``/api/v3`` (bad tokens, revocations, scripted 401s).
+    """Peak number of ``/api/v3`` requests being handled at the same time."""
     unauthorized: int = 0
-    #: ``/api/v3`` requests without a ``Bearer`` Authorization header.
+    """401 answers under ``/api/v3`` (bad tokens, revocations, scripted 401s)."""
     missing_token: int = 0
-    #: ``/api/v3`` requests with a token the server never issued.
+    """``/api/v3`` requests without a ``Bearer`` Authorization header."""
     unknown_token_uses: int = 0
-    #: ``/api/v3`` requests with an issued token past its lifetime.
+    """``/api/v3`` requests with a token the server never issued."""
     expired_token_uses: int = 0
-    #: ``/api/v3`` requests with a revoked token.
+    """``/api/v3`` requests with an issued token past its lifetime."""
     revoked_token_uses: int = 0
-    #: 403s answered to callers outside the server's ``allowed_ips``.
+    """``/api/v3`` requests with a revoked token."""
     forbidden: int = 0
-    #: 429s answered because an account went over the server's ``rate_limit``.
+    """403s answered to callers outside the server's ``allowed_ips``."""
     rate_limited: int = 0
-    #: Faults applied, scripted or random.
+    """429s answered because an account went over the server's ``rate_limit``."""
     faults_injected: int = 0
-    #: Connections closed without an answer (drop faults, or hangs cut by ``close``).
+    """Faults applied, scripted or random."""
     dropped: int = 0
-    #: Status of every answer the server gave, on any endpoint.
+    """Connections closed without an answer (drop faults, or hangs cut by ``close``)."""
     status_counts: Counter[int] = attrs.field(factory=Counter)
-    #: Headers of the last ``/api/v3`` request that matter to the contract, when sent:
-    #: User-Agent, X-Auth-Type, Accept, Content-Type.
+    """Status of every answer the server gave, on any endpoint."""
     last_headers: dict[str, str] = attrs.field(factory=dict)
+    """Headers of the last ``/api/v3`` request that matter to the contract, when sent: User-
+    Agent, X-Auth-Type, Accept, Content-Type."""
 
     @property
     def duplicates(self) -> Counter[str]:
