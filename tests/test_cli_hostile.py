@@ -495,7 +495,7 @@ class TestStoredOptions:
             ({"text": None}, "--text"),
             ({"text": ["hi"]}, "--text"),
             ({"template_id": "t"}, "--template-id"),
-            ({"endpoint": "template", "template_id": None}, "--template-id"),
+            ({"endpoint": "template", "text": None, "template_id": None}, "--template-id"),
         ],
         ids=lambda value: json.dumps(value) if isinstance(value, dict) else None,
     )

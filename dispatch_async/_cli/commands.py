@@ -344,7 +344,7 @@ def _input(options: dict[str, Any]) -> InputSpec:
 def _send(target: Target | None, options: dict[str, Any]) -> None:
     if options["resume"] and options["output"] and not options["queue"]:
         try:
-            target, options = resumed(click.get_current_context(), target, options)
+            target, options = resumed(click.get_current_context(), target, options, send.commands)
         except Problem as problem:
             raise _UsageFailure(problem.message) from None
     assert target is not None
