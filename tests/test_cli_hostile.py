@@ -10,6 +10,7 @@ import json
 import resource
 import signal
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -159,18 +160,20 @@ def rewrite_csv(path: Path, rows: list[str]) -> None:
     write_csv(path, "number,name", rows)
 
 
+#: 40 contacts (lines 2-41), and 3 new ones a user adds to the file.
+CONTACTS = tuple(f"{n},Ana" for n in numbers(40))
+NEW = tuple(f"{n},Nova" for n in numbers(3, start=900))
+
+
 class TestEditedInput:
     """Lines a killed run may have sent must still hold what it sent, or resume refuses."""
-
-    CONTACTS = [f"{n},Ana" for n in numbers(40)]
-    NEW = [f"{n},Nova" for n in numbers(3, start=900)]
 
     @pytest.mark.parametrize(
         ("edit", "first_changed"),
         [
-            (lambda rows: TestEditedInput.NEW + rows, 2),
-            (lambda rows: rows[:9] + rows[10:], 11),
-            (lambda rows: rows[:13] + ["+5511999999999,Ana"] + rows[14:], 15),
+            (lambda rows: [*NEW, *rows], 2),
+            (lambda rows: [*rows[:9], *rows[10:]], 11),
+            (lambda rows: [*rows[:13], "+5511999999999,Ana", *rows[14:]], 15),
         ],
         ids=["three-rows-inserted-at-the-top", "a-sent-row-deleted", "a-number-edited"],
     )
@@ -179,10 +182,10 @@ class TestEditedInput:
         server: FakeDispatchServer,
         env: dict[str, str],
         tmp_path: Path,
-        edit: object,
+        edit: Callable[[list[str]], list[str]],
         first_changed: int,
     ) -> None:
-        source = write_csv(tmp_path / "c.csv", "number,name", self.CONTACTS)
+        source = write_csv(tmp_path / "c.csv", "number,name", CONTACTS)
         out = tmp_path / "r.jsonl"
         # The service acts on both chunks in flight (lines 2-11, 12-21), then the kill.
         server.script(Fault.hang(), Fault.hang())
@@ -190,7 +193,7 @@ class TestEditedInput:
         assert line_count(out) == 0, "no answer came back: only the journal knows"
         acted = Counter(server.stats.received)
 
-        rewrite_csv(source, edit(list(self.CONTACTS)))  # type: ignore[operator]
+        rewrite_csv(source, edit(list(CONTACTS)))
         run = await dispatch_async("send", "--resume", "-o", out, env=env)
         assert run.code == 2, run.stderr
         assert "Traceback" not in run.stderr
@@ -200,7 +203,7 @@ class TestEditedInput:
         assert line_count(out) == 0, "nothing was recorded"
 
         # The input as it was, with the new contacts at the end: the job carries on.
-        rewrite_csv(source, self.CONTACTS + self.NEW)
+        rewrite_csv(source, [*CONTACTS, *NEW])
         run = await dispatch_async("send", "--resume", "-o", out, env=env)
         assert run.code == 1, run.stderr  # the 20 lines in flight stay maybe_sent
         found = by_line(out)
@@ -212,7 +215,7 @@ class TestEditedInput:
     async def test_no_row_is_sent_before_a_changed_line_further_on_is_found(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
-        source = write_csv(tmp_path / "c.csv", "number,name", self.CONTACTS)
+        source = write_csv(tmp_path / "c.csv", "number,name", CONTACTS)
         out = tmp_path / "r.jsonl"
         # Lines 2-11 refused (not_sent, to send again), lines 12-21 acted on and held.
         server.script(Fault.status(503), Fault.hang())
@@ -224,7 +227,7 @@ class TestEditedInput:
 
         # One not_sent row deleted: line 11 now holds the row that was at line 12, which
         # the service acted on; it is read (and would be sent) before line 12 is.
-        rewrite_csv(source, self.CONTACTS[:3] + self.CONTACTS[4:])
+        rewrite_csv(source, [*CONTACTS[:3], *CONTACTS[4:]])
         run = await dispatch_async("send", "--resume", "-o", out, env=env)
         assert run.code == 2, run.stderr
         assert "line 12 of the input" in run.stderr
@@ -234,7 +237,7 @@ class TestEditedInput:
     async def test_a_fixed_malformed_row_is_sent_on_a_bare_resume_after_a_kill(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
-        broken = list(self.CONTACTS)
+        broken = list(CONTACTS)
         broken[3] = f"{numbers(1, start=4)[0]}"  # line 5: one field of two
         source = write_csv(tmp_path / "c.csv", "number,name", broken)
         out = tmp_path / "r.jsonl"
@@ -244,7 +247,7 @@ class TestEditedInput:
         )
         assert [r["line"] for r in records(out)] == [5], "the malformed row is recorded"
 
-        rewrite_csv(source, self.CONTACTS)  # the row fixed in place
+        rewrite_csv(source, list(CONTACTS))  # the row fixed in place
         run = await dispatch_async("send", "--resume", "-o", out, env=env)
         assert run.code == 1, run.stderr  # the 20 lines in flight stay maybe_sent
         found = by_line(out)
@@ -516,3 +519,22 @@ class TestStoredOptions:
         assert "r.jsonl.pending" in run.stderr, "the file to fix is named"
         assert server.stats.requests == 0
         assert not out.exists()
+
+    @pytest.mark.parametrize(
+        ("change", "named"),
+        [({"delimiter": ";;"}, "--delimiter"), ({"input_format": "xml"}, "--format")],
+    )
+    async def test_export_takes_the_input_from_the_journal_through_the_same_checks(
+        self, env: dict[str, str], tmp_path: Path, change: dict[str, object], named: str
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(1))
+        out = tmp_path / "r.jsonl"
+        out.write_text(json.dumps({"line": 2, "number": numbers(1)[0], "outcome": "not_sent"}))
+        stored = json.dumps(self.good_options(source) | change).encode()
+        (tmp_path / "r.jsonl.pending").write_bytes(b"dispatch-async journal 2 " + stored + b"\n")
+        run = await dispatch_async("export", "-o", out, env=env)
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert named in run.stderr, run.stderr
+        assert run.stdout == "", "no row is written"

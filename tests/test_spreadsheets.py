@@ -213,7 +213,11 @@ class TestColumnNames:
         ids=["case", "unicode-normal-forms", "spaces", "bom"],
     )
     async def test_two_names_that_match_as_one_are_refused_as_a_repeat(
-        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path, names: tuple[str, str]
+        self,
+        server: FakeDispatchServer,
+        env: dict[str, str],
+        tmp_path: Path,
+        names: tuple[str, str],
     ) -> None:
         header = "telefone;" + ";".join(names)
         source = write_csv(tmp_path / "c.csv", header, [f"{n};Ana;Bia" for n in numbers(2)])

@@ -26,7 +26,7 @@ from click.core import ParameterSource
 from .journal import journal_path, stored_options
 from .spec import Problem, Target
 
-__all__ = ["job_options", "resumed"]
+__all__ = ["job_options", "resumed", "stored_job"]
 
 #: What a job stores, by option name, with the flag that sets it (None: the command).
 _STORED: Final = {
@@ -77,7 +77,7 @@ def resumed(
     output = Path(options["output"])
     journal = journal_path(output)
     try:
-        stored = stored_options(output)
+        stored = stored_job(ctx, output, endpoints, target)
     except FileNotFoundError:
         if target is not None:
             return target, options  # a finished job resumed with its flags, as always
@@ -97,34 +97,61 @@ def resumed(
             "dispatch-async, or cut short before anything was sent): give the job's flags "
             f"again (send ENDPOINT ... -o {output} --resume)"
         )
+    endpoint = stored["endpoint"]
+    if target is not None and target.endpoint != endpoint:
+        raise Problem(
+            f"{output} is the output of a `send {endpoint}` job, not `send "
+            f"{target.endpoint}`: resume it with `send --resume -o {output}`"
+        )
+    combined = options | (attrs.asdict(target) if target is not None else {})
+    for name, value in stored.items():
+        source = ctx.get_parameter_source(name)
+        if source in _GIVEN and not _same(name, combined[name], value):
+            where = _envvar(ctx, name) if source is ParameterSource.ENVIRONMENT else ""
+            raise Problem(
+                f"{_STORED[name]} {_show(combined[name])}{where} is not what the job writing "
+                f"{output} was started with ({_show(value)}): leave it out to continue the "
+                "job, or choose another --output for a new one"
+            )
+        combined[name] = value
+    fields: dict[str, Any] = {field: combined.get(field) for field in _TARGET_FIELDS}
+    return Target(**fields), combined
+
+
+def stored_job(
+    ctx: click.Context,
+    output: Path,
+    endpoints: Mapping[str, click.Command],
+    target: Target | None = None,
+) -> dict[str, Any] | None:
+    """The options the job writing *output* stored, each as its flag takes it.
+
+    An option the journal does not store is left out (its flag decides), unless the
+    endpoint requires it. None for a journal that stores none (see ``stored_options``).
+    *target*: the endpoint named on the command line, for a journal without one.
+
+    Raises:
+        FileNotFoundError: *output* has no journal.
+        OSError: the journal cannot be read.
+        Problem: the journal is not one, or stores a value its flag would refuse.
+    """
+    stored = stored_options(output)
+    if stored is None:
+        return None
+    journal = journal_path(output)
     endpoint = stored.get("endpoint", target.endpoint if target is not None else None)
     if not isinstance(endpoint, str) or endpoint not in endpoints:
         raise Problem(
             f"{journal} stores the endpoint {endpoint!r}, not one of "
             f"{', '.join(endpoints)}: fix that value in its first line"
         )
-    if target is not None and target.endpoint != endpoint:
-        raise Problem(
-            f"{output} is the output of a `send {endpoint}` job, not `send "
-            f"{target.endpoint}`: resume it with `send --resume -o {output}`"
-        )
     flags = {p.name: p for p in endpoints[endpoint].params if isinstance(p, click.Option)}
-    combined = options | (attrs.asdict(target) if target is not None else {})
-    combined["endpoint"] = endpoint
+    checked: dict[str, Any] = {"endpoint": endpoint}
     for name, flag in _STORED.items():
-        if name == "endpoint" or (name not in stored and name in combined):
-            continue
-        value = _as_flag(ctx, flags.get(name), stored.get(name), flag, endpoint, journal)
-        source = ctx.get_parameter_source(name)
-        if source in _GIVEN and not _same(name, combined[name], value):
-            where = _envvar(ctx, name) if source is ParameterSource.ENVIRONMENT else ""
-            raise Problem(
-                f"{flag} {_show(combined[name])}{where} is not what the job writing {output} "
-                f"was started with ({_show(value)}): leave it out to continue the job, or "
-                "choose another --output for a new one"
-            )
-        combined[name] = value
-    return Target(**{field: combined[field] for field in _TARGET_FIELDS}), combined
+        param = flags.get(name)
+        if name != "endpoint" and (name in stored or (param is not None and param.required)):
+            checked[name] = _as_flag(ctx, param, stored.get(name), flag, endpoint, journal)
+    return checked
 
 
 def _as_flag(
