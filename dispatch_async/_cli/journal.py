@@ -40,6 +40,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import operator
 import os
 import sys
 from array import array
@@ -49,7 +50,7 @@ from typing import IO, TypeAlias
 
 import orjson
 
-from .recorded import Recorded, fingerprint, new_record
+from .recorded import Recorded, fingerprints, new_record
 from .rows import Row
 from .spec import Problem
 
@@ -62,6 +63,7 @@ __all__ = ["JobFiles", "Recorded", "journal_path", "new_record", "stored_options
 
 _MAGIC = b"dispatch-async journal "
 _HEADER_V1 = _MAGIC + b"1"
+_LINE, _NUMBER = operator.itemgetter(0), operator.itemgetter(1)  # of a Row
 #: The versions whose header stores the job's options (3: entries carry fingerprints).
 _WITH_OPTIONS = (_MAGIC + b"2 {", _MAGIC + b"3 {")
 
@@ -210,10 +212,10 @@ class JobFiles:
     # -- running -------------------------------------------------------------------
 
     def cover(self, rows: Sequence[Row]) -> None:
-        """Record durably that *rows* (in input order) may reach the service."""
-        lines = [row.line for row in rows]
-        crcs = array("I", [fingerprint(row.number) for row in rows])
-        self._write_journal(_entry(_runs(lines), crcs) + b"\n")
+        """Record durably that *rows* (in input order, each with a number) may reach the
+        service."""
+        crcs = fingerprints(list(map(_NUMBER, rows)))
+        self._write_journal(_entry(_runs(rows), crcs) + b"\n")
 
     def append(self, records: list[bytes]) -> None:
         """Append records to the output; one write, so a crash tears at most the last."""
@@ -321,13 +323,14 @@ def _entry(runs: Sequence[tuple[int, int]], crcs: array[int]) -> bytes:
     return spans + b" " + base64.b64encode(crcs.tobytes())
 
 
-def _runs(lines: Sequence[int]) -> list[tuple[int, int]]:
-    """Increasing *lines* as runs of consecutive lines, (first, last)."""
-    if lines[-1] - lines[0] == len(lines) - 1:
-        return [(lines[0], lines[-1])]  # the usual chunk: no line in between is left out
+def _runs(rows: Sequence[Row]) -> list[tuple[int, int]]:
+    """The lines of *rows* (increasing) as runs of consecutive lines, (first, last)."""
+    first, last = rows[0].line, rows[-1].line
+    if last - first == len(rows) - 1:
+        return [(first, last)]  # the usual chunk: no line in between is left out
     runs = []
-    first = previous = lines[0]
-    for line in lines[1:]:
+    previous = first
+    for line in map(_LINE, rows[1:]):
         if line != previous + 1:
             runs.append((first, previous))
             first = line

@@ -22,7 +22,7 @@ from .records import OUTCOMES
 from .rows import MALFORMED
 from .spec import Problem
 
-__all__ = ["Recorded", "fingerprint", "new_record"]
+__all__ = ["Recorded", "fingerprint", "fingerprints", "new_record"]
 
 _NONE, _DONE, _PENDING, _REDO = 0, 1, 2, 3
 _MARK_PENDING = bytes.maketrans(bytes([_NONE]), bytes([_PENDING]))
@@ -33,11 +33,18 @@ _CHECKED = (_DONE, _PENDING)  # lines whose number is known: the input must stil
 def fingerprint(number: str | None) -> int:
     """What a record or the journal keeps of a line's number, to tell it changed (0: none).
 
-    A CRC-32: the same number always gives the same value, across runs and machines.
+    The CRC-32 of its UTF-8 (lone surrogates, from bytes that were not UTF-8, included):
+    the same number gives the same value on every run and machine.
     """
-    if number is None:
-        return 0
-    return zlib.crc32(number.encode("utf-8", "surrogateescape"))
+    return 0 if number is None else zlib.crc32(number.encode("utf-8", "surrogatepass"))
+
+
+def fingerprints(numbers: list[str]) -> array[int]:
+    """``fingerprint`` of each of *numbers*, with one encode for all (every chunk pays it)."""
+    encoded = "\n".join(numbers).encode("utf-8", "surrogatepass").split(b"\n")
+    if len(encoded) != len(numbers):  # a number with a line break in it (a quoted cell)
+        return array("I", map(fingerprint, numbers))
+    return array("I", map(zlib.crc32, encoded))
 
 
 @attrs.define

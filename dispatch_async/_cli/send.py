@@ -108,8 +108,8 @@ class SendJob:
 
         The fsync runs in a thread: requests already in flight are answered meanwhile.
         """
-        fed = self._fed
-        await asyncio.to_thread(self._files.cover, [fed[p] for p in positions])
+        rows = list(map(self._fed.__getitem__, positions))
+        await asyncio.to_thread(self._files.cover, rows)
         self._announced[positions.start] = positions
 
     def _settle(self, batch: Reading) -> None:
