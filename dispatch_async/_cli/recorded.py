@@ -81,11 +81,12 @@ class Recorded:
         )
 
     def holds(self, line: int, number: str | None) -> bool:
-        """Whether *line* may hold *number*: it is what the record kept for the line, or
-        the journal for a line maybe sent, says it held (the input did not change).
+        """Whether *line* may hold *number*: the one its kept record names, or (a line a
+        stopped run may have sent) the one the journal fingerprinted.
 
-        A line with neither (never sent, or to send again), and a record without a
-        number (written by hand), or a journal from before fingerprints, allow anything.
+        A line to send (never sent, or again) may hold anything, and so may a line whose
+        number is not known: a record without one (written by hand), a journal from
+        before fingerprints.
         """
         if line >= len(self.status) or self.status[line] not in _CHECKED:
             return True

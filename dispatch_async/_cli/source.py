@@ -149,7 +149,7 @@ def changed_line(line: int, recorded: Recorded, output: Path | None) -> Problem:
     what = (
         f"the recipient {output} recorded for it"
         if recorded.is_done(line)
-        else "the recipient a run that was stopped may have sent from it (its journal says so)"
+        else "the recipient a run that was stopped may have sent from it"
     )
     return Problem(
         f"line {line} of the input is not {what}: the input changed since the job started. "
