@@ -9,7 +9,8 @@ deadline, display) are not part of a job and may change from run to run.
 What the journal stores is taken as the flag takes it: through the flag's own click type
 and callback, after a check that the JSON value is of the kind that flag gives (a string,
 a whole number, true or false). A value the flag would refuse is refused the same way,
-naming the journal and the flag, before anything is read or sent.
+naming the journal and the flag, before anything is read or sent. ``export`` reads the
+input's options through the same ``stored_job``.
 """
 
 from __future__ import annotations
