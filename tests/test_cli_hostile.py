@@ -6,13 +6,16 @@ Every test runs the real command as a subprocess against the simulator, as test_
 from __future__ import annotations
 
 import asyncio
+import json
 import resource
 import signal
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from dispatch_async.testing import FakeDispatchServer
+from dispatch_async.testing import FakeDispatchServer, Fault
 from tests import test_cli
 from tests.test_cli import (
     COMMAND,
@@ -22,6 +25,8 @@ from tests.test_cli import (
     has_journal,
     line_count,
     numbers,
+    outcomes,
+    records,
     wait_for_records,
     write_csv,
 )
@@ -118,6 +123,137 @@ class TestOneRunPerOutput:
         assert "another dispatch-async run is using" in second.stderr
         assert other.is_symlink() == (alias == "symlink"), "the alias was left as it was"
         assert not server.stats.duplicates
+
+
+async def killed_with_requests_held(
+    server: FakeDispatchServer,
+    source: Path,
+    out: Path,
+    env: dict[str, str],
+    *,
+    concurrency: int,
+    acted: int,
+    recorded: int = 0,
+) -> None:
+    """Send *source* in chunks of 10 and kill -9 the run once the service has acted on
+    *acted* recipients, *recorded* records are written and a request is held (the test
+    scripts the faults that hold it)."""
+    process = await asyncio.create_subprocess_exec(
+        *COMMAND, "send", "basic", "--text", "hi", "-i", str(source), "-o", str(out), "-q",
+        "--chunk-size", "10", "--concurrency", str(concurrency), "--attempts", "1",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    try:
+        await server.wait_until(
+            lambda: server.stats.recipients_received == acted and server.in_flight > 0,
+            timeout=30,
+        )
+        await wait_for_records(out, recorded, process)
+    finally:
+        process.kill()
+        await process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert has_journal(out)
+
+
+def rewrite_csv(path: Path, rows: list[str]) -> None:
+    write_csv(path, "number,name", rows)
+
+
+#: 40 contacts (lines 2-41), and 3 new ones a user adds to the file.
+CONTACTS = tuple(f"{n},Ana" for n in numbers(40))
+NEW = tuple(f"{n},Nova" for n in numbers(3, start=900))
+
+
+class TestEditedInput:
+    """Lines a killed run may have sent must still hold what it sent, or resume refuses."""
+
+    @pytest.mark.parametrize(
+        ("edit", "first_changed"),
+        [
+            (lambda rows: [*NEW, *rows], 2),
+            (lambda rows: [*rows[:9], *rows[10:]], 11),
+            (lambda rows: [*rows[:13], "+5511999999999,Ana", *rows[14:]], 15),
+        ],
+        ids=["three-rows-inserted-at-the-top", "a-sent-row-deleted", "a-number-edited"],
+    )
+    async def test_a_bare_resume_refuses_an_input_whose_journaled_lines_changed(
+        self,
+        server: FakeDispatchServer,
+        env: dict[str, str],
+        tmp_path: Path,
+        edit: Callable[[list[str]], list[str]],
+        first_changed: int,
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number,name", CONTACTS)
+        out = tmp_path / "r.jsonl"
+        # The service acts on both chunks in flight (lines 2-11, 12-21), then the kill.
+        server.script(Fault.hang(), Fault.hang())
+        await killed_with_requests_held(server, source, out, env, concurrency=2, acted=20)
+        assert line_count(out) == 0, "no answer came back: only the journal knows"
+        acted = Counter(server.stats.received)
+
+        rewrite_csv(source, edit(list(CONTACTS)))
+        run = await dispatch_async("send", "--resume", "-o", out, env=env)
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert f"line {first_changed} of the input" in run.stderr
+        assert server.stats.received == acted, "nothing was sent"
+        assert line_count(out) == 0, "nothing was recorded"
+
+        # The input as it was, with the new contacts at the end: the job carries on.
+        rewrite_csv(source, [*CONTACTS, *NEW])
+        run = await dispatch_async("send", "--resume", "-o", out, env=env)
+        assert run.code == 1, run.stderr  # the 20 lines in flight stay maybe_sent
+        found = by_line(out)
+        assert sorted(found) == list(range(2, 45))
+        assert outcomes(out) == Counter(maybe_sent=20, sent=23)
+        assert {found[line]["number"] for line in range(2, 22)} == set(acted)
+        assert server.stats.received == Counter(numbers(40) + numbers(3, start=900))
+
+    async def test_no_row_is_sent_before_a_changed_line_further_on_is_found(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number,name", CONTACTS)
+        out = tmp_path / "r.jsonl"
+        # Lines 2-11 refused (not_sent, to send again), lines 12-21 acted on and held.
+        server.script(Fault.status(503), Fault.hang())
+        await killed_with_requests_held(
+            server, source, out, env, concurrency=1, acted=10, recorded=10
+        )
+        assert outcomes(out) == Counter(not_sent=10)
+        requests = server.stats.requests
+
+        # One not_sent row deleted: line 11 now holds the row that was at line 12, which
+        # the service acted on; it is read (and would be sent) before line 12 is.
+        rewrite_csv(source, [*CONTACTS[:3], *CONTACTS[4:]])
+        run = await dispatch_async("send", "--resume", "-o", out, env=env)
+        assert run.code == 2, run.stderr
+        assert "line 12 of the input" in run.stderr
+        assert server.stats.requests == requests, "nothing was sent"
+        assert not server.stats.duplicates
+
+    async def test_a_fixed_malformed_row_is_sent_on_a_bare_resume_after_a_kill(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        broken = list(CONTACTS)
+        broken[3] = f"{numbers(1, start=4)[0]}"  # line 5: one field of two
+        source = write_csv(tmp_path / "c.csv", "number,name", broken)
+        out = tmp_path / "r.jsonl"
+        server.script(Fault.hang(), Fault.hang())
+        await killed_with_requests_held(
+            server, source, out, env, concurrency=2, acted=20, recorded=1
+        )
+        assert [r["line"] for r in records(out)] == [5], "the malformed row is recorded"
+
+        rewrite_csv(source, list(CONTACTS))  # the row fixed in place
+        run = await dispatch_async("send", "--resume", "-o", out, env=env)
+        assert run.code == 1, run.stderr  # the 20 lines in flight stay maybe_sent
+        found = by_line(out)
+        assert found[5]["outcome"] == "sent"
+        assert sorted(found) == list(range(2, 42))
+        assert server.stats.received == Counter(numbers(40)), "each number once"
 
 
 class TestDedupeAcrossResume:
@@ -298,3 +434,107 @@ class TestCorruptJobFiles:
         assert run.code == 2, run.stderr
         assert "Traceback" not in run.stderr
         assert not server.stats.received
+
+
+class TestStoredOptions:
+    """What a journal's header stores is checked as the flags are: one line, exit 2."""
+
+    def good_options(self, source: Path) -> dict[str, object]:
+        """What `send basic --text hi -i SOURCE --chunk-size 10` stores."""
+        return {
+            "endpoint": "basic",
+            "text": "hi",
+            "template_id": None,
+            "webhook": None,
+            "campaign_name": None,
+            "fallback_sms": None,
+            "callback": None,
+            "input_path": str(source),
+            "input_format": "csv",
+            "number_column": "number",
+            "columns": None,
+            "delimiter": None,
+            "chunk_size": 10,
+            "dedupe": False,
+            "prevalidate": False,
+            "region": None,
+        }
+
+    async def resume_with(
+        self, env: dict[str, str], tmp_path: Path, change: dict[str, object]
+    ) -> tuple[Run, Path]:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(5))
+        out = tmp_path / "r.jsonl"
+        stored = json.dumps(self.good_options(source) | change).encode()
+        (tmp_path / "r.jsonl.pending").write_bytes(b"dispatch-async journal 2 " + stored + b"\n")
+        return await dispatch_async("send", "--resume", "-o", out, "-q", env=env), out
+
+    async def test_the_options_as_a_job_stores_them_resume(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        run, out = await self.resume_with(env, tmp_path, {})
+        assert run.code == 0, run.stderr
+        assert outcomes(out) == Counter(sent=5)
+        assert server.stats.received == Counter(numbers(5))
+
+    @pytest.mark.parametrize(
+        ("change", "named"),
+        [
+            ({"columns": ["number"]}, "--columns"),
+            ({"delimiter": ";;"}, "--delimiter"),
+            ({"endpoint": "sms"}, "endpoint 'sms'"),
+            ({"endpoint": None}, "endpoint None"),
+            ({"number_column": 5}, "--number-column"),
+            ({"number_column": None}, "--number-column"),
+            ({"input_path": 5}, "--input"),
+            ({"input_path": "/nonexistent/c.csv"}, "--input"),
+            ({"input_format": "xml"}, "--format"),
+            ({"region": 5}, "--region"),
+            ({"dedupe": "no"}, "--dedupe"),
+            ({"prevalidate": 1}, "--prevalidate"),
+            ({"chunk_size": 0}, "--chunk-size"),
+            ({"chunk_size": "10"}, "--chunk-size"),
+            ({"chunk_size": 10.5}, "--chunk-size"),
+            ({"text": None}, "--text"),
+            ({"text": ["hi"]}, "--text"),
+            ({"template_id": "t"}, "--template-id"),
+            ({"endpoint": "template", "text": None, "template_id": None}, "--template-id"),
+        ],
+        ids=lambda value: json.dumps(value) if isinstance(value, dict) else None,
+    )
+    async def test_a_stored_value_the_flag_would_refuse_is_refused(
+        self,
+        server: FakeDispatchServer,
+        env: dict[str, str],
+        tmp_path: Path,
+        change: dict[str, object],
+        named: str,
+    ) -> None:
+        run, out = await self.resume_with(env, tmp_path, change)
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert run.stderr.startswith("Error: "), run.stderr
+        assert named in run.stderr, run.stderr
+        assert "r.jsonl.pending" in run.stderr, "the file to fix is named"
+        assert server.stats.requests == 0
+        assert not out.exists()
+
+    @pytest.mark.parametrize(
+        ("change", "named"),
+        [({"delimiter": ";;"}, "--delimiter"), ({"input_format": "xml"}, "--format")],
+    )
+    async def test_export_takes_the_input_from_the_journal_through_the_same_checks(
+        self, env: dict[str, str], tmp_path: Path, change: dict[str, object], named: str
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(1))
+        out = tmp_path / "r.jsonl"
+        out.write_text(json.dumps({"line": 2, "number": numbers(1)[0], "outcome": "not_sent"}))
+        stored = json.dumps(self.good_options(source) | change).encode()
+        (tmp_path / "r.jsonl.pending").write_bytes(b"dispatch-async journal 2 " + stored + b"\n")
+        run = await dispatch_async("export", "-o", out, env=env)
+        assert run.code == 2, run.stderr
+        assert "Traceback" not in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert named in run.stderr, run.stderr
+        assert run.stdout == "", "no row is written"

@@ -202,6 +202,33 @@ class TestColumnNames:
         assert server.stats.requests == 0
         assert not out.exists()
 
+    @pytest.mark.parametrize(
+        "names",
+        [
+            ("nome", "Nome"),
+            ("N\u00famero", "Nu\u0301mero"),  # Número in NFC, then in NFD (as macOS writes it)
+            ("nome", " nome"),
+            ("\ufeffnome", "nome"),
+        ],
+        ids=["case", "unicode-normal-forms", "spaces", "bom"],
+    )
+    async def test_two_names_that_match_as_one_are_refused_as_a_repeat(
+        self,
+        server: FakeDispatchServer,
+        env: dict[str, str],
+        tmp_path: Path,
+        names: tuple[str, str],
+    ) -> None:
+        header = "telefone;" + ";".join(names)
+        source = write_csv(tmp_path / "c.csv", header, [f"{n};Ana;Bia" for n in numbers(2)])
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(*send_args(source, out, "--number-column", "telefone"), env=env)
+        assert run.code == 2, run.stderr
+        assert "repeats" in run.stderr
+        assert repr(names[0].replace("\ufeff", "")) in run.stderr, run.stderr
+        assert server.stats.requests == 0
+        assert not out.exists()
+
 
 # -- empty rows ----------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from .options import (
     verbose_option,
 )
 from .plan import run_plan
-from .resume import job_options, resumed
+from .resume import job_options, resumed, stored_job
 from .send import run_send
 from .spec import (
     Display,
@@ -301,7 +301,8 @@ def export(
         columns=tuple(columns.split(",")) if columns else None,
         to=to,
     )
-    _exit(lambda: run_export(spec, sys.stderr))
+    ctx = click.get_current_context()
+    _exit(lambda: run_export(spec, sys.stderr, None if input_path else _stored(ctx, results)))
 
 
 @cli.command(
@@ -344,7 +345,7 @@ def _input(options: dict[str, Any]) -> InputSpec:
 def _send(target: Target | None, options: dict[str, Any]) -> None:
     if options["resume"] and options["output"] and not options["queue"]:
         try:
-            target, options = resumed(click.get_current_context(), target, options)
+            target, options = resumed(click.get_current_context(), target, options, send.commands)
         except Problem as problem:
             raise _UsageFailure(problem.message) from None
     assert target is not None
@@ -415,6 +416,16 @@ def _spec(target: Target, options: dict[str, Any]) -> JobSpec:
             progress_every=options["progress_every"],
         ),
     )
+
+
+def _stored(ctx: click.Context, output: Path) -> dict[str, Any] | None:
+    """The options the job writing *output* stored, checked as ``send --resume`` does."""
+    try:
+        return stored_job(ctx, output, send.commands)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Problem(f"cannot read the journal of {output}: {exc.strerror}") from None
 
 
 def _exit(run: Callable[[], int]) -> None:

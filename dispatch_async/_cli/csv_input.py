@@ -2,8 +2,9 @@
 
 The separator is the one of ``,`` ``;`` tab ``|`` that splits the header line into the
 most fields (``--delimiter`` forces one); column names match ignoring case, surrounding
-spaces and a BOM; a row whose every field is empty (``;;;``) is not a row. Nothing here
-holds more than one row.
+spaces, a BOM and the Unicode normal form, and two names that match each other are a
+repeat; a row whose every field is empty (``;;;``) is not a row. Nothing here holds more
+than one row.
 """
 
 from __future__ import annotations
@@ -138,7 +139,11 @@ def detect_delimiter(line: str) -> str:
 
 
 def column_key(name: str) -> str:
-    """The form column names are compared in: case, surrounding spaces and a BOM ignored."""
+    """The form column names are compared in, for a match and for a repeat alike.
+
+    Case, surrounding spaces, a BOM and the Unicode normal form (``Número`` typed on
+    macOS is NFD) are ignored.
+    """
     return unicodedata.normalize("NFC", name.replace("\ufeff", "")).strip().casefold()
 
 
@@ -231,10 +236,18 @@ def _csv_records(reader: Any, layout: CsvLayout, number_column: str, rows: Rows)
             f"--number-column {number_column!r} matches the columns {shown} (case and "
             "surrounding spaces are ignored): rename one of them"
         )
-    named = [n for n in names if n]
-    if len(set(named)) != len(named):
-        repeated = sorted({n for n in named if named.count(n) > 1})
-        raise InputProblem(f"the CSV header repeats column(s) {', '.join(map(repr, repeated))}")
+    # A repeat is decided by the rule that matches names: two names one key would find.
+    by_key: dict[str, list[str]] = {}
+    for name in names:
+        if name:
+            by_key.setdefault(column_key(name), []).append(name)
+    repeated = [same for same in by_key.values() if len(same) > 1]
+    if repeated:
+        shown = "; ".join(", ".join(map(repr, same)) for same in repeated)
+        raise InputProblem(
+            f"the CSV header repeats column(s): {shown} (names are compared ignoring case, "
+            "surrounding spaces, a BOM and Unicode normal form): rename or remove one"
+        )
     width = len(names)
     number_at = found[0]
     # Columns without a name cannot become a vars entry (a trailing comma in the header).

@@ -13,17 +13,17 @@ import csv
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TextIO
+from typing import IO, Any, TextIO
 
 import attrs
 import orjson
 
 from .csv_input import csv_records, open_input
 from .input import Format, UnreadableInput, line_bound
-from .journal import journal_path, stored_options
+from .journal import journal_path
 from .records import OUTCOMES
 from .spec import FAILED, OK, Problem
 
@@ -45,9 +45,13 @@ class ExportSpec:
     to: Path | None = None
 
 
-def run_export(spec: ExportSpec, err: TextIO) -> int:
-    """Write the rows; the exit code (1 when some lines were not found in the input)."""
-    spec = _complete_from_journal(spec)
+def run_export(spec: ExportSpec, err: TextIO, stored: Mapping[str, Any] | None = None) -> int:
+    """Write the rows; the exit code (1 when some lines were not found in the input).
+
+    *stored*: the options the job's journal stores, as ``resume.stored_job`` checked
+    them; they name the input when ``--input`` is not given.
+    """
+    spec = _complete_from_journal(spec, stored)
     if spec.input_path is None:
         raise Problem(
             f"which input did the job writing {spec.results} read? Give it with --input "
@@ -87,26 +91,17 @@ def run_export(spec: ExportSpec, err: TextIO) -> int:
     return OK
 
 
-def _complete_from_journal(spec: ExportSpec) -> ExportSpec:
-    """The input and how to read it, from the job's journal when not given (and there)."""
-    if spec.input_path is not None:
+def _complete_from_journal(spec: ExportSpec, stored: Mapping[str, Any] | None) -> ExportSpec:
+    """The input and how to read it, from the job's options (checked) when not given."""
+    if spec.input_path is not None or not stored or stored.get("input_path") is None:
         return spec
-    try:
-        stored = stored_options(spec.results)
-    except FileNotFoundError:
-        return spec
-    except OSError as exc:
-        raise Problem(f"cannot read the journal of {spec.results}: {exc.strerror}") from None
-    if not stored or not isinstance(path := stored.get("input_path"), str):
-        return spec
-    delimiter, columns = stored.get("delimiter"), stored.get("columns")
-    fmt = stored.get("input_format")
+    columns, fmt = stored.get("columns"), stored.get("input_format")
     return attrs.evolve(
         spec,
-        input_path=path,
-        delimiter=spec.delimiter or (delimiter if isinstance(delimiter, str) else None),
-        columns=spec.columns or (tuple(columns.split(",")) if isinstance(columns, str) else None),
-        input_format="csv" if fmt == "csv" else "jsonl" if fmt == "jsonl" else spec.input_format,
+        input_path=stored["input_path"],
+        delimiter=spec.delimiter or stored.get("delimiter"),
+        columns=spec.columns or (tuple(columns.split(",")) if columns else None),
+        input_format=fmt if fmt in ("csv", "jsonl") else spec.input_format,
     )
 
 

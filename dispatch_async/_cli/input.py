@@ -25,6 +25,7 @@ __all__ = [
     "Rows",
     "UnreadableInput",
     "count_lines",
+    "is_regular_file",
     "line_bound",
     "open_rows",
 ]
@@ -69,13 +70,19 @@ def open_rows(
     return rows
 
 
+def is_regular_file(path: str) -> bool:
+    """Whether *path* can be read again from the start (not stdin, a pipe or a device)."""
+    try:
+        return path != "-" and stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def count_lines(path: str) -> int | None:
     """How many lines a regular file has (for a progress total); None for stdin or a pipe."""
-    if path == "-":
+    if not is_regular_file(path):
         return None
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
         lines = 0
         last = b"\n"
         with open(path, "rb") as stream:

@@ -2,42 +2,56 @@
 
 ``results.jsonl`` holds one JSON record per input line, appended as each chunk
 completes (and fsynced when the run ends). ``results.jsonl.pending`` is the write-ahead
-journal: when the SDK is about to send a chunk (its ``before_send`` hook), the range of
-input lines the chunk spans is appended and fsynced, before the request leaves. A line
-the journal covers that has no record in the output may have been sent when the process
-died, so a resume records it ``maybe_sent`` instead of sending it again; after a kill that
-is at most the chunks whose requests had started. Records lost to a power cut before
-their fsync are lines the journal covers: maybe_sent, never sent twice.
+journal: when the SDK is about to send a chunk (its ``before_send`` hook), the input lines
+of the chunk's rows are appended and fsynced, before the request leaves, each with a
+fingerprint of its number. A line the journal covers that has no record in the output
+may have been sent when the process died, so a resume records it ``maybe_sent`` instead
+of sending it again; after a kill that is at most the chunks whose requests had started.
+Records lost to a power cut before their fsync are lines the journal covers: maybe_sent,
+never sent twice. The fingerprints tell whether the input still holds, on those lines,
+the numbers that may have been sent (an edited input would otherwise have its rows sent
+twice, and new rows recorded ``maybe_sent``).
 
 The journal is text, one entry a line::
 
-    dispatch-async journal 2 {"endpoint": "template", "input_path": ...}
+    dispatch-async journal 3 {"endpoint": "template", "input_path": ...}
                                  the header: the job's options, for --resume without flags
-    1001-2000                    lines 1001 to 2000 may have reached the service
+    1001-1500,1502-2000 AAEC...  lines 1001 to 1500 and 1502 to 2000 may have reached the
+                                 service; then the CRC-32 of each line's number, in order
+                                 (4 bytes little-endian each, base64; 0: not known)
     reset                        a resume starts: forget every entry above...
-    17-22                        ...except these lines, still unaccounted for
+    17-22 3q2+7w...              ...except these lines, still unaccounted for
     end                          (a reset block without its end is a torn write: ignored)
 
 A resume compacts the output first: it keeps one record per line (the first), drops the
 records of lines to do again (``not_sent``, malformed rows, and ``maybe_sent`` with
 ``--resend-maybe-sent``) and a torn last line, and replaces the file atomically. The
 journal's reset block is written before that replacement, so a crash in between loses
-nothing. The journal is deleted when a job has accounted for its whole input. A journal
-from before the options were stored has the header ``dispatch-async journal 1``: it
-resumes as before, with the job's flags given again.
+nothing. The journal is deleted when a job has accounted for its whole input.
+
+Journals of earlier versions stay readable. ``dispatch-async journal 1`` stores no
+options: it resumes with the job's flags given again. Version 1 and 2 entries are plain
+ranges (``1001-2000``) without fingerprints: those lines are maybe sent, whatever the
+input now holds there. Version 3 adds the fingerprints (an earlier version refuses it).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import operator
 import os
-from collections.abc import Callable
+import sys
+from array import array
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeAlias
 
 import orjson
 
-from .recorded import Recorded, new_record
+from .recorded import Recorded, fingerprints, new_record
+from .rows import Row
 from .spec import Problem
 
 try:
@@ -49,6 +63,9 @@ __all__ = ["JobFiles", "Recorded", "journal_path", "new_record", "stored_options
 
 _MAGIC = b"dispatch-async journal "
 _HEADER_V1 = _MAGIC + b"1"
+_LINE, _NUMBER = operator.itemgetter(0), operator.itemgetter(1)  # of a Row
+#: The versions whose header stores the job's options (3: entries carry fingerprints).
+_WITH_OPTIONS = (_MAGIC + b"2 {", _MAGIC + b"3 {")
 
 
 class JobFiles:
@@ -58,7 +75,7 @@ class JobFiles:
         self.output = output
         self.max_line = max_line  # the input's bound: a line above it is corruption
         # The header of a journal this run starts: the job's options, JSON on one line.
-        self._header = _HEADER_V1 if options is None else _MAGIC + b"2 " + options
+        self._header = _HEADER_V1 if options is None else _MAGIC + b"3 " + options
         real = Path(os.path.realpath(output))
         self.journal = journal_path(output)
         self._real = real
@@ -186,16 +203,19 @@ class JobFiles:
         _sync_dir(self._real)
 
     def _reset_journal(self, recorded: Recorded) -> None:
-        lines = [b"reset"]
-        lines += [f"{first}-{last}".encode() for first, last in recorded.pending_ranges()]
-        lines.append(b"end")
-        self._write_journal(b"\n".join(lines) + b"\n")
+        entries = [b"reset"]
+        for first, last in recorded.pending_ranges():
+            entries.append(_entry([(first, last)], recorded.crcs[first : last + 1]))
+        entries.append(b"end")
+        self._write_journal(b"\n".join(entries) + b"\n")
 
     # -- running -------------------------------------------------------------------
 
-    def cover(self, first: int, last: int) -> None:
-        """Record durably that input lines *first* to *last* may reach the service."""
-        self._write_journal(b"%d-%d\n" % (first, last))
+    def cover(self, rows: Sequence[Row]) -> None:
+        """Record durably that *rows* (in input order, each with a number) may reach the
+        service."""
+        crcs = fingerprints(list(map(_NUMBER, rows)))
+        self._write_journal(_entry(_runs(rows), crcs) + b"\n")
 
     def append(self, records: list[bytes]) -> None:
         """Append records to the output; one write, so a crash tears at most the last."""
@@ -267,17 +287,22 @@ def stored_options(output: Path) -> dict[str, object] | None:
 
 
 def _is_header(line: bytes) -> bool:
-    return line == _HEADER_V1 or line.startswith(_MAGIC + b"2 {")
+    return line == _HEADER_V1 or line.startswith(_WITH_OPTIONS)
 
 
-def _parse_journal(data: bytes, path: Path) -> list[tuple[int, int]]:
+#: Runs of journaled lines, each with the fingerprints of its lines (None: a version 1
+#: or 2 entry, which has none).
+Runs: TypeAlias = "list[tuple[int, int, array[int] | None]]"
+
+
+def _parse_journal(data: bytes, path: Path) -> Runs:
     entries = data.split(b"\n")[:-1]  # the piece after the last newline is torn or empty
     if not entries:
         return []
     if not _is_header(entries[0]):
         raise Problem(f"{path} is not a dispatch-async journal")
-    current: list[tuple[int, int]] = []
-    block: list[tuple[int, int]] | None = None
+    current: Runs = []
+    block: Runs | None = None
     for entry in entries[1:]:
         if entry == b"reset":
             block = []
@@ -285,13 +310,66 @@ def _parse_journal(data: bytes, path: Path) -> list[tuple[int, int]]:
             if block is not None:
                 current, block = block, None
         else:
-            first, _, last = entry.partition(b"-")
-            try:
-                span = (int(first), int(last))
-            except ValueError:
-                raise Problem(f"{path} has an entry that is not a range: {entry!r}") from None
-            (current if block is None else block).append(span)
+            (current if block is None else block).extend(_parse_entry(entry, path))
     return current
+
+
+def _entry(runs: Sequence[tuple[int, int]], crcs: array[int]) -> bytes:
+    """One journal entry: the runs of lines, and their numbers' fingerprints in order."""
+    if sys.byteorder != "little":  # pragma: no cover - the file is the same everywhere
+        crcs = array("I", crcs)
+        crcs.byteswap()
+    spans = b",".join(b"%d-%d" % run for run in runs)
+    return spans + b" " + base64.b64encode(crcs.tobytes())
+
+
+def _runs(rows: Sequence[Row]) -> list[tuple[int, int]]:
+    """The lines of *rows* (increasing) as runs of consecutive lines, (first, last)."""
+    first, last = rows[0].line, rows[-1].line
+    if last - first == len(rows) - 1:
+        return [(first, last)]  # the usual chunk: no line in between is left out
+    runs = []
+    previous = first
+    for line in map(_LINE, rows[1:]):
+        if line != previous + 1:
+            runs.append((first, previous))
+            first = line
+        previous = line
+    runs.append((first, previous))
+    return runs
+
+
+def _parse_entry(entry: bytes, path: Path) -> Runs:
+    spans, _, encoded = entry.partition(b" ")
+    runs = []
+    try:
+        for span in spans.split(b","):
+            start, _, end = span.partition(b"-")
+            runs.append((int(start), int(end)))
+    except ValueError:
+        raise Problem(f"{path} has an entry that is not a range: {entry[:80]!r}") from None
+    if not encoded:  # version 1 or 2: a range, without fingerprints
+        return [(first, last, None) for first, last in runs]
+    crcs = array("I")
+    try:
+        crcs.frombytes(base64.b64decode(encoded, validate=True))
+    except (binascii.Error, ValueError):
+        crcs = array("I")
+    if len(crcs) != sum(last - first + 1 for first, last in runs) or any(
+        first > last for first, last in runs
+    ):
+        raise Problem(
+            f"{path} has an entry whose fingerprints do not match its lines: {entry[:80]!r}; "
+            "fix or delete it"
+        )
+    if sys.byteorder != "little":  # pragma: no cover
+        crcs.byteswap()
+    parsed: Runs = []
+    at = 0
+    for first, last in runs:
+        parsed.append((first, last, crcs[at : at + last - first + 1]))
+        at += last - first + 1
+    return parsed
 
 
 def _read_all(fd: int) -> bytes:

@@ -22,15 +22,29 @@ from .records import OUTCOMES
 from .rows import MALFORMED
 from .spec import Problem
 
-__all__ = ["Recorded", "new_record"]
+__all__ = ["Recorded", "fingerprint", "fingerprints", "new_record"]
 
 _NONE, _DONE, _PENDING, _REDO = 0, 1, 2, 3
 _MARK_PENDING = bytes.maketrans(bytes([_NONE]), bytes([_PENDING]))
 _PENDING_RUNS = re.compile(re.escape(bytes([_PENDING])) + b"+")
+_CHECKED = (_DONE, _PENDING)  # lines whose number is known: the input must still hold it
 
 
-def _crc(number: str) -> int:
-    return zlib.crc32(number.encode("utf-8", "surrogateescape"))
+def fingerprint(number: str | None) -> int:
+    """What a record or the journal keeps of a line's number, to tell it changed (0: none).
+
+    The CRC-32 of its UTF-8 (lone surrogates, from bytes that were not UTF-8, included):
+    the same number gives the same value on every run and machine.
+    """
+    return 0 if number is None else zlib.crc32(number.encode("utf-8", "surrogatepass"))
+
+
+def fingerprints(numbers: list[str]) -> array[int]:
+    """``fingerprint`` of each of *numbers*, with one encode for all (every chunk pays it)."""
+    encoded = "\n".join(numbers).encode("utf-8", "surrogatepass").split(b"\n")
+    if len(encoded) != len(numbers):  # a number with a line break in it (a quoted cell)
+        return array("I", map(fingerprint, numbers))
+    return array("I", map(zlib.crc32, encoded))
 
 
 @attrs.define
@@ -39,6 +53,8 @@ class Recorded:
 
     ``kept`` counts the records kept per outcome; their lines are skipped. ``seen``
     holds the numbers those records sent or tried (for ``--dedupe`` across runs).
+    ``crcs`` holds the fingerprint of the number each recorded or journaled line held
+    (0: not known), which the input must still hold there.
     """
 
     resend_maybe_sent: bool = False
@@ -64,13 +80,23 @@ class Recorded:
             not self.resend_maybe_sent and line < len(self.status) and self.status[line] == _PENDING
         )
 
-    def matches(self, line: int, number: str | None) -> bool:
-        """Whether the kept record of *line* is for *number* (the input did not change).
+    def holds(self, line: int, number: str | None) -> bool:
+        """Whether *line* may hold *number*: the one its kept record names, or (a line a
+        stopped run may have sent) the one the journal fingerprinted.
 
-        A record without a number (written by hand) matches anything.
+        A line to send (never sent, or again) may hold anything, and so may a line whose
+        number is not known: a record without one (written by hand), a journal from
+        before fingerprints.
         """
+        if line >= len(self.status) or self.status[line] not in _CHECKED:
+            return True
         stored = self.crcs[line]
-        return stored == 0 or (number is not None and stored == _crc(number))
+        return stored == 0 or stored == fingerprint(number)
+
+    @property
+    def last_checked(self) -> int:
+        """The last line that ``holds`` checks (0: none)."""
+        return max(0, *(self.status.rfind(bytes([status])) for status in _CHECKED))
 
     @property
     def done_lines(self) -> int:
@@ -115,23 +141,27 @@ class Recorded:
             self.status[line] = _REDO
             self.redo += 1
             return False
+        self.crcs[line] = fingerprint(number)
         if outcome == "maybe_sent" and self.resend_maybe_sent:
             # Still "maybe sent" in the journal until a run reaches the line again.
             self.status[line] = _PENDING
             self.redo += 1
             return False
         self.status[line] = _DONE
-        if number is not None:
-            self.crcs[line] = _crc(number)
-            if self.seen is not None and not (
-                outcome == "invalid" and reason == da.DUPLICATE_REASON
-            ):
-                self.seen.add(self.canonical(number) if self.canonical else number)
+        if (
+            number is not None
+            and self.seen is not None
+            and not (outcome == "invalid" and reason == da.DUPLICATE_REASON)
+        ):
+            self.seen.add(self.canonical(number) if self.canonical else number)
         self.kept[outcome] += 1
         return True
 
-    def _mark_pending(self, ranges: Iterable[tuple[int, int]], where: Path) -> None:
-        for first, last in ranges:
+    def _mark_pending(
+        self, runs: Iterable[tuple[int, int, array[int] | None]], where: Path
+    ) -> None:
+        """Mark the journal's lines maybe sent, with the fingerprints it has for them."""
+        for first, last, crcs in runs:
             if not 1 <= first <= last <= self.max_line:
                 raise Problem(
                     f"{where} has the range {first:,}-{last:,}, but the input has at most "
@@ -140,6 +170,8 @@ class Recorded:
                 )
             self._grow(last)
             self.status[first : last + 1] = self.status[first : last + 1].translate(_MARK_PENDING)
+            if crcs is not None:
+                self.crcs[first : last + 1] = crcs
 
     def pending_ranges(self) -> list[tuple[int, int]]:
         """Runs of lines that are maybe sent and have no record, as (first, last)."""

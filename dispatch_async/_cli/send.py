@@ -30,7 +30,7 @@ from .input import Row, count_lines, line_bound
 from .journal import JobFiles, Recorded
 from .progress import NoteHandler, Progress, Tally, make_progress, render_summary
 from .records import SHOWN_MALFORMED, failed_record, malformed_note, part_records
-from .source import Reading, Source
+from .source import Reading, Source, check_input
 from .spec import FAILED, OK, JobSpec, Problem, dedupe_key, sent_as
 
 __all__ = ["run_send"]
@@ -108,8 +108,8 @@ class SendJob:
 
         The fsync runs in a thread: requests already in flight are answered meanwhile.
         """
-        first, last = self._fed[positions.start].line, self._fed[positions[-1]].line
-        await asyncio.to_thread(self._files.cover, first, last)
+        rows = list(map(self._fed.__getitem__, positions))
+        await asyncio.to_thread(self._files.cover, rows)
         self._announced[positions.start] = positions
 
     def _settle(self, batch: Reading) -> None:
@@ -283,6 +283,8 @@ async def run_send(spec: JobSpec) -> int:
                 resend_maybe_sent=spec.resend_maybe_sent,
                 dedupe=dedupe_key(spec.settings),
             )
+            if spec.resume:
+                await asyncio.to_thread(check_input, spec.input, recorded, spec.output)
             total = None
             if not display.quiet:
                 total = await asyncio.to_thread(count_lines, spec.input.path)

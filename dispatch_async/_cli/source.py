@@ -14,12 +14,12 @@ import attrs
 
 import dispatch_async as da
 
-from .input import Row
+from .input import Row, UnreadableInput, is_regular_file
 from .journal import Recorded
 from .records import failed_record, invalid_record, malformed_record
-from .spec import Problem
+from .spec import InputSpec, Problem
 
-__all__ = ["Reading", "Source"]
+__all__ = ["Reading", "Source", "changed_line", "check_input"]
 
 
 @attrs.define
@@ -58,12 +58,9 @@ class Source:
         for row in self._rows:
             line = row.line
             self.last_line = line
+            if not recorded.holds(line, row.number):
+                raise changed_line(line, recorded, self._output)
             if recorded.is_done(line):
-                if not recorded.matches(line, row.number):
-                    raise Problem(
-                        f"line {line} of the input is not the recipient {self._output} "
-                        "recorded for it: resume with the same input file"
-                    )
                 batch.skipped += 1
             elif row.message is None:
                 settled.append(malformed_record(row))
@@ -117,3 +114,44 @@ class Source:
             batch.end = True
         self.last_line = line
         return batch
+
+
+def check_input(spec: InputSpec, recorded: Recorded, output: Path | None) -> None:
+    """Refuse an input whose recorded or journaled lines no longer hold their numbers.
+
+    Read once through before a resume sends anything: ``Source`` checks each row as it
+    reads it too, but by then rows before the changed line may have been sent (a deleted
+    row moves a row the service may have had onto a line to send again). Stdin or a pipe
+    cannot be read twice: only ``Source`` checks them. A record the CSV reader cannot
+    read ends the check: the run stops there as well.
+
+    Raises:
+        Problem: names the first line that changed.
+    """
+    last = recorded.last_checked
+    if not last or not is_regular_file(spec.path):
+        return
+    rows = spec.open()
+    try:
+        for row in rows:
+            if row.line > last:
+                return
+            if not recorded.holds(row.line, row.number):
+                raise changed_line(row.line, recorded, output)
+    except UnreadableInput:
+        return
+    finally:
+        rows.close()
+
+
+def changed_line(line: int, recorded: Recorded, output: Path | None) -> Problem:
+    """The refusal of an input whose *line* is not what the job recorded or journaled."""
+    what = (
+        f"the recipient {output} recorded for it"
+        if recorded.is_done(line)
+        else "the recipient a run that was stopped may have sent from it"
+    )
+    return Problem(
+        f"line {line} of the input is not {what}: the input changed since the job started. "
+        "Resume with the input as it was (new rows go at its end, or into a new job)"
+    )
