@@ -1095,6 +1095,7 @@ class TestPublicSurface:
             "FakeDispatchServer",
             "Fault",
             "FaultKind",
+            "RecordedRequest",
             "ServerStats",
             "main",
             "serve_forever",

@@ -2,7 +2,8 @@
 
 `FakeDispatchServer` is a real HTTP server on 127.0.0.1 that follows the dispatch API
 spec (token issuance, the four dispatch endpoints, the templates listing), counts what it
-saw in `ServerStats`, and can be scripted with `Fault` values::
+saw in `ServerStats`, keeps the latest requests as `RecordedRequest` values (credentials
+removed) and can be scripted with `Fault` values::
 
     from dispatch_async.testing import FakeDispatchServer, Fault
 
@@ -10,6 +11,7 @@ saw in `ServerStats`, and can be scripted with `Fault` values::
         server.script(Fault.status(503, retry_after="0"), Fault.drop())
         ...  # point the client at server.url
         assert not server.stats.duplicates
+        assert server.requests[-1].json["account"] == "acme"
 
 It is an independent model of the service and shares no code with the client.
 
@@ -19,6 +21,7 @@ With pytest-asyncio installed, the ``dispatch_server`` fixture gives a started s
 """
 
 from ._faults import Fault, FaultKind
+from ._recorder import RecordedRequest
 from ._server import DEFAULT_TEMPLATES, FakeDispatchServer
 from ._standalone import main, serve_forever
 from ._stats import ServerStats
@@ -28,6 +31,7 @@ __all__ = [
     "FakeDispatchServer",
     "Fault",
     "FaultKind",
+    "RecordedRequest",
     "ServerStats",
     "main",
     "serve_forever",

@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
+from ._recorder import DEFAULT_RECORDED_REQUESTS
 from ._server import FakeDispatchServer
 from ._stats import ServerStats
 
@@ -106,9 +107,17 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="dispatch requests/s allowed per account; beyond it 429 with Retry-After "
         '(change it while running: PUT /_rate_limit {"rate": R})',
     )
+    parser.add_argument(
+        "--recorded-requests",
+        type=int,
+        default=DEFAULT_RECORDED_REQUESTS,
+        metavar="N",
+        help="latest requests kept for GET /_requests (default: %(default)s; 0: none)",
+    )
     parser.epilog = (
         "GET /_stats answers the simulator's counters as JSON; they are also printed to "
-        "stderr when it stops. Both are the simulator's, not part of the service."
+        "stderr when it stops. GET /_requests answers the latest requests it received "
+        "(credentials removed). Both are the simulator's, not part of the service."
     )
     return parser
 
@@ -134,6 +143,7 @@ def main(
             random_retry_after=args.random_retry_after,
             fast_ids=args.fast_ids,
             rate_limit=args.rate_limit,
+            recorded_requests=args.recorded_requests,
         )
     except ValueError as exc:
         parser.error(str(exc))
