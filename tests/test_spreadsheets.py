@@ -481,6 +481,25 @@ class TestExport:
         assert export.code == 0, export.stderr
         assert export.stdout == "".join(lines[:2])
 
+    async def test_format_reads_the_input_as_told_whatever_its_name(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.csv"  # JSON lines, in a file named as a CSV
+        lines = [f'{{"number": "{n}"}}\n' for n in numbers(4)]
+        source.write_text("".join(lines), encoding="utf-8")
+        out = tmp_path / "r.jsonl"
+        server.script(Fault.status(503))
+        args = send_args(source, out, "--chunk-size", "2", "--concurrency", "1", "--attempts", "1")
+        assert (await dispatch_async(*args, "--format", "jsonl", env=env)).code == 1
+        assert server.stats.received == Counter(numbers(4)[2:])
+
+        by_name = await dispatch_async("export", "-o", out, "-i", source, env=env)
+        told = await dispatch_async("export", "-o", out, "-i", source, "--format", "jsonl", env=env)
+        assert told.code == 0, told.stderr
+        assert told.stdout == "".join(lines[:2])
+        # By its name the file is a CSV: its lines are then rows, quoted as CSV.
+        assert by_name.stdout.startswith('"{""number"": ')
+
     async def test_without_a_journal_the_input_must_be_given_and_no_file_is_overwritten(
         self, server: FakeDispatchServer, env: dict[str, str], excel: Path, tmp_path: Path
     ) -> None:
