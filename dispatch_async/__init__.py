@@ -6,6 +6,7 @@ Start with ``DispatchSession`` (``DispatchClient`` from synchronous code);
 
 from ._batch import BatchOptions, BatchSettings
 from ._blocking import DispatchClient
+from ._clock import Clock
 from ._exceptions import (
     AuthenticationError,
     CallbackError,
@@ -61,6 +62,7 @@ __all__ = [
     "BatchSettings",
     "CallbackError",
     "ClientStatusError",
+    "Clock",
     "ConfigurationError",
     "ConnectError",
     "ConnectionLostError",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import dispatch_async as da
 from dispatch_async._adaptive import Aimd, RateState
 from dispatch_async._throttle import Throttle
 from dispatch_async.instrumentation import Event, RateChanged
-from dispatch_async.testing import FakeDispatchServer
+from dispatch_async.testing import FakeClock, FakeDispatchServer
 from tests.conftest import SECRET, numbers
 from tests.test_cli import dispatch_async, records, write_csv
 
@@ -103,15 +102,20 @@ class TestTheAlgorithm:
 
 
 class TestRetryAfter:
-    async def test_is_honoured_exactly_on_top_of_the_learned_rate(self) -> None:
+    async def test_is_waited_exactly_and_the_lowered_learned_rate_still_spaces_requests(
+        self,
+    ) -> None:
+        clock = FakeClock()
         throttle = Throttle("auto")
-        slot = await throttle.wait()
+        slot = await throttle.wait(clock)
         assert slot is not None
         await throttle.answered(slot, 429)
-        await throttle.pause(0.3)
-        started = time.monotonic()
-        await throttle.wait()
-        assert time.monotonic() - started >= 0.3
+        assert throttle.rate == Aimd().initial * Aimd().factor
+        await throttle.pause(0.3, clock)
+        after = await throttle.wait(clock)
+        assert clock.sleeps == [0.3], "the Retry-After, exactly, on the policy's clock"
+        assert after is not None
+        assert after.held, "then the learned rate's gap, on top of the pause"
 
 
 class TestTheSetting:

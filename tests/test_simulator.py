@@ -1092,6 +1092,7 @@ class TestPublicSurface:
         assert exported == sorted(exported)
         assert set(exported) == {
             "DEFAULT_TEMPLATES",
+            "FakeClock",
             "FakeDispatchServer",
             "Fault",
             "FaultKind",

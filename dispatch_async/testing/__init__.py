@@ -16,10 +16,12 @@ removed) and can be scripted with `Fault` values::
 It is an independent model of the service and shares no code with the client.
 
 With pytest-asyncio installed, the ``dispatch_server`` fixture gives a started server.
+`FakeClock` is a clock on which retries wait no time, for ``RetryPolicy(clock=...)``.
 ``python -m dispatch_async.testing --port 8000`` runs one standalone (see ``--help``);
 `main` is that command line, and `serve_forever` does the same from code.
 """
 
+from ._clock import FakeClock
 from ._faults import Fault, FaultKind
 from ._recorder import RecordedRequest
 from ._server import DEFAULT_TEMPLATES, FakeDispatchServer
@@ -28,6 +30,7 @@ from ._stats import ServerStats
 
 __all__ = [
     "DEFAULT_TEMPLATES",
+    "FakeClock",
     "FakeDispatchServer",
     "Fault",
     "FaultKind",
