@@ -919,34 +919,44 @@ class TestResume:
         assert set(received) <= sent | maybe
         assert not has_journal(out)
 
-    async def test_after_a_kill_maybe_sent_is_at_most_the_chunks_whose_requests_started(
+    async def test_after_a_kill_maybe_sent_is_exactly_what_reached_the_service_unrecorded(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
         total, chunk, concurrency = 40_000, 500, 4
-        source = write_csv(tmp_path / "c.csv", "number,name", [f"{n},Ana" for n in numbers(total)])
+        given = numbers(total)
+        source = write_csv(tmp_path / "c.csv", "number,name", [f"{n},Ana" for n in given])
         out = tmp_path / "r.jsonl"
         args = ("send", "template", "--template-id", "t", "-i", source, "-o", out, "--quiet")
-        # Slow answers: the SDK reads chunks ahead of the requests it has started.
-        server.latency = 0.3
+        # Chunks 6 to 9 hang: once they hold every slot, no request can start, while the
+        # SDK has read chunks ahead of them that it never started.
+        for index in range(6, 6 + concurrency):
+            server.script_for(given[index * chunk], Fault.hang())
         process = await asyncio.create_subprocess_exec(
             *COMMAND, *map(str, args), "--chunk-size", str(chunk),
             "--concurrency", str(concurrency),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
         )  # fmt: skip
-        await wait_for_records(out, 3 * chunk, process)
+        await server.wait_until(
+            lambda: server.in_flight == concurrency and server.pending_faults == 0, timeout=60
+        )
         process.kill()
         await process.wait()
-        received_before = set(server.stats.received)
+        assert process.returncode == -signal.SIGKILL
+        # What the killed run wrote, bar a line the kill may have cut short.
+        lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
+        written = [json.loads(line) for line in lines if line.endswith("\n")]
+        recorded_sent = {r["number"] for r in written if r["outcome"] == "sent"}
+        reached = {m["number"] for body in dispatched(server) for m in body["messages"]}
+        assert len(reached) == 10 * chunk, "chunks 0 to 9, and no other"
 
-        server.latency = 0
         resumed = await dispatch_async(*args, "--resume", env=env, kill_after=60)
         assert resumed.code == 1, resumed.stderr
         found = by_line(out)
         assert sorted(found) == list(range(2, total + 2))
         maybe = {r["number"] for r in found.values() if r["outcome"] == "maybe_sent"}
-        assert 0 < len(maybe) <= concurrency * chunk
-        # Each maybe_sent row was in a request that had started: most reached the service.
-        assert len(maybe - received_before) <= concurrency * chunk
+        # The chunks read ahead were never started: sent on resume, not left maybe_sent.
+        assert maybe == reached - recorded_sent
+        assert set(given[6 * chunk : 10 * chunk]) <= maybe, "the requests held in flight"
         assert not server.stats.duplicates
 
 

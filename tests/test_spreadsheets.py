@@ -309,16 +309,21 @@ class TestResumeWithoutFlags:
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
         )  # fmt: skip
         await wait_for_records(out, 2000, process)
+        # Hold the next requests, so that some are certainly in flight when the kill lands.
+        server.latency = 3600
+        await server.wait_until(lambda: server.in_flight > 0, timeout=60)
         process.kill()
         await process.wait()
+        assert process.returncode == -signal.SIGKILL
         server.latency = 0
 
         resumed = await dispatch_async("send", "--resume", "-o", out, "-q", env=env)
-        assert resumed.code in (0, 1), resumed.stderr  # 1: lines in flight stay maybe_sent
+        assert resumed.code == 1, resumed.stderr  # the lines in flight stay maybe_sent
         found = by_line(out)
         assert {line: record["number"] for line, record in found.items()} == expected
         sent = {r["number"] for r in found.values() if r["outcome"] == "sent"}
         maybe = {r["number"] for r in found.values() if r["outcome"] == "maybe_sent"}
+        assert maybe, "the kill left chunks in flight, recorded maybe_sent"
         assert len(sent) + len(maybe) == 20_000
         assert not server.stats.duplicates, "no number was received twice"
         assert sent <= set(server.stats.received) <= sent | maybe

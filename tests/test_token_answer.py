@@ -59,7 +59,7 @@ def test_refresh_comes_before_expiry_with_a_margin_proportional_to_the_lifetime(
     ],
 )
 def test_a_malformed_token_answer_is_an_authentication_error(body: bytes) -> None:
-    with pytest.raises(da.DispatchError):
+    with pytest.raises(da.AuthenticationError, match="the token answer is not"):
         parse_token_answer(body)
 
 
