@@ -1008,9 +1008,17 @@ class TestDemo:
         assert first != other
 
 
+@attrs.define
+class Served:
+    """A `serving` simulator: its URL, and what it said on stderr once stopped."""
+
+    url: str
+    stderr: str = ""
+
+
 @contextlib.asynccontextmanager
-async def serving(*flags: str) -> AsyncIterator[str]:
-    """`dispatch-async serve` with *flags*, stopped with SIGTERM; yields its URL."""
+async def serving(*flags: str, stop: signal.Signals = signal.SIGTERM) -> AsyncIterator[Served]:
+    """`dispatch-async serve` with *flags*, stopped with *stop*; it must exit 0."""
     process = await asyncio.create_subprocess_exec(
         *COMMAND, "serve", "--port", "0", *flags,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -1018,12 +1026,14 @@ async def serving(*flags: str) -> AsyncIterator[str]:
     try:
         assert process.stdout is not None
         async with asyncio.timeout(20):
-            yield (await process.stdout.readline()).decode().strip()
+            served = Served((await process.stdout.readline()).decode().strip())
+        yield served
     finally:
         if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(stop)
         async with asyncio.timeout(20):
-            await process.communicate()
+            _, err = await process.communicate()
+    served.stderr = err.decode()
     assert process.returncode == 0
 
 
@@ -1046,9 +1056,9 @@ async def raw_dispatch(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientR
 class TestServe:
     async def test_host_fault_rate_and_random_retry_after_answer_as_told(self) -> None:
         flags = ("--host", "127.0.0.1", "--fault-rate", "429=1", "--random-retry-after", "7")
-        async with serving(*flags) as url, aiohttp.ClientSession() as http:
-            answer = await raw_dispatch(http, url)
-        assert url.startswith("http://127.0.0.1:")
+        async with serving(*flags) as served, aiohttp.ClientSession() as http:
+            answer = await raw_dispatch(http, served.url)
+        assert served.url.startswith("http://127.0.0.1:")
         assert (answer.status, answer.headers["Retry-After"]) == (429, "7")
 
     async def test_the_seed_repeats_the_random_faults_and_fast_ids_are_numbered(self) -> None:
@@ -1056,8 +1066,8 @@ class TestServe:
         runs: list[list[int]] = []
         ids: list[str] = []
         for _ in range(2):
-            async with serving(*flags) as url, aiohttp.ClientSession() as http:
-                answers = [await raw_dispatch(http, url) for _ in range(16)]
+            async with serving(*flags) as served, aiohttp.ClientSession() as http:
+                answers = [await raw_dispatch(http, served.url) for _ in range(16)]
                 first_ok = next(a for a in answers if a.status == 200)
                 ids.append((await first_ok.json())["validMessages"][0]["id"])
             runs.append([a.status for a in answers])
@@ -1067,23 +1077,17 @@ class TestServe:
 
     async def test_latency_delays_every_dispatch_answer(self) -> None:
         loop = asyncio.get_running_loop()
-        async with serving("--latency", "0.3") as url, aiohttp.ClientSession() as http:
+        async with serving("--latency", "0.3") as served, aiohttp.ClientSession() as http:
             started = loop.time()
-            answer = await raw_dispatch(http, url)
+            answer = await raw_dispatch(http, served.url)
             took = loop.time() - started
         assert answer.status == 200
         assert took >= 0.3
 
     async def test_runs_the_simulator_with_the_given_flags_until_sigterm(self) -> None:
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, "serve", "--port", "0", "--secret", "serve-secret",
-            "--token-lifetime", "42", "--fault-rate", "429=1.0",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            assert process.stdout is not None
-            async with asyncio.timeout(20):
-                url = (await process.stdout.readline()).decode().strip()
+        flags = ("--secret", "serve-secret", "--token-lifetime", "42", "--fault-rate", "429=1.0")
+        async with serving(*flags) as served:
+            url = served.url
             assert url.startswith("http://127.0.0.1:")
             async with aiohttp.ClientSession() as http:
                 answer = await http.post(
@@ -1096,35 +1100,18 @@ class TestServe:
             ) as session:
                 result = await session.send_basic(["+5511999990000"], text="hi")
             assert isinstance(result.failed[0].error, RateLimitedError)
-        finally:
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-            async with asyncio.timeout(20):
-                await process.communicate()
-        assert process.returncode == 0
 
     async def test_ctrl_c_prints_what_it_saw_and_get_stats_shows_it_meanwhile(self) -> None:
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, "serve", "--port", "0", "--secret", "serve-secret",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            assert process.stdout is not None
-            async with asyncio.timeout(20):
-                url = (await process.stdout.readline()).decode().strip()
-            async with DispatchSession(url, client_secret="serve-secret", account="a") as session:
+        async with serving("--secret", "serve-secret", stop=signal.SIGINT) as served:
+            async with DispatchSession(
+                served.url, client_secret="serve-secret", account="a"
+            ) as session:
                 await session.send_basic(numbers(3), text="hi")
-            async with aiohttp.ClientSession() as http, http.get(f"{url}/_stats") as answer:
+            async with aiohttp.ClientSession() as http, http.get(f"{served.url}/_stats") as answer:
                 stats = await answer.json()
             assert (stats["dispatch_calls"], stats["recipients_received"]) == (1, 3)
-        finally:
-            if process.returncode is None:
-                process.send_signal(signal.SIGINT)
-            async with asyncio.timeout(20):
-                _, err = await process.communicate()
-        assert process.returncode == 0
-        assert "simulator stopped: 1 token requests" in err.decode()
-        assert "3 recipients received (0 more than once)" in err.decode()
+        assert "simulator stopped: 1 token requests" in served.stderr
+        assert "3 recipients received (0 more than once)" in served.stderr
 
     async def test_help_names_the_command_and_documents_stats(self) -> None:
         run = await dispatch_async("serve", "--help", env=os.environ)

@@ -207,25 +207,33 @@ class TestBackoffOfARealRequest:
         assert result.retries == 1050
 
 
+async def one_retry_after(
+    server: FakeDispatchServer, retry_after: str, policy: da.RetryPolicy, *, status: int = 503
+) -> tuple[list[float], list[float]]:
+    """One request answered *status* with *retry_after*, then 200: what was slept on the
+    policy's clock (a fresh `FakeClock`), and the session's pauses."""
+    clock = FakeClock()
+    policy = attrs.evolve(policy, clock=clock)
+    result, events = await send_through(
+        server, policy, Fault.status(status, retry_after=retry_after)
+    )
+    assert result.ok
+    assert result.retries == 1
+    assert clock.sleeps == waits_of(events), "the wait reported is the wait taken"
+    return clock.sleeps, pauses_of(events)
+
+
 class TestRetryAfterOfARealRequest:
     async def test_is_waited_exactly_by_the_request_and_pauses_the_session(
         self, server: FakeDispatchServer
     ) -> None:
-        clock = FakeClock()
-        policy = da.RetryPolicy(first_wait=0.5, clock=clock)
-        result, events = await send_through(server, policy, Fault.status(503, retry_after="7"))
-
-        assert result.ok
-        assert clock.sleeps == [7.0]  # once: the session's pause has passed by then
-        assert waits_of(events) == [7.0]
-        assert pauses_of(events) == [7.0]
+        slept, paused = await one_retry_after(server, "7", da.RetryPolicy(first_wait=0.5))
+        assert slept == [7.0]  # once: the session's pause has passed by then
+        assert paused == [7.0]
 
     async def test_a_429_with_decimals_is_waited_exactly(self, server: FakeDispatchServer) -> None:
-        clock = FakeClock()
-        policy = da.RetryPolicy(clock=clock)
-        result, _ = await send_through(server, policy, Fault.status(429, retry_after="0.25"))
-        assert result.ok
-        assert clock.sleeps == [0.25]
+        slept, paused = await one_retry_after(server, "0.25", da.RetryPolicy(), status=429)
+        assert slept == paused == [0.25]
 
     @pytest.mark.parametrize(
         ("retry_after", "policy", "waited"),
@@ -234,38 +242,19 @@ class TestRetryAfterOfARealRequest:
             ("3600", da.RetryPolicy(max_retry_after=5), 5.0),
             ("121", da.RetryPolicy(max_time=1000), 120.0),
             ("9" * 400, da.RetryPolicy(), 120.0),  # too many digits for a float: inf
+            (http_date(datetime.now(UTC) + timedelta(days=3)), da.RetryPolicy(), 120.0),
         ],
     )
     async def test_is_capped_at_max_retry_after(
         self, server: FakeDispatchServer, retry_after: str, policy: da.RetryPolicy, waited: float
     ) -> None:
-        clock = FakeClock()
-        policy = attrs.evolve(policy, clock=clock)
-        result, events = await send_through(
-            server, policy, Fault.status(503, retry_after=retry_after)
-        )
-        assert result.ok
-        assert clock.sleeps == [waited]
-        assert pauses_of(events) == [waited]
+        slept, paused = await one_retry_after(server, retry_after, policy)
+        assert slept == paused == [waited]
 
     async def test_a_date_ahead_is_waited_until(self, server: FakeDispatchServer) -> None:
-        clock = FakeClock()
         when = http_date(datetime.now(UTC) + timedelta(seconds=60))
-        result, _ = await send_through(
-            server, da.RetryPolicy(clock=clock), Fault.status(503, retry_after=when)
-        )
-        assert result.ok
-        [waited] = clock.sleeps
+        [waited], _ = await one_retry_after(server, when, da.RetryPolicy())
         assert 58 < waited <= 60  # the date has whole seconds; a moment has passed
-
-    async def test_a_date_far_ahead_is_capped(self, server: FakeDispatchServer) -> None:
-        clock = FakeClock()
-        when = http_date(datetime.now(UTC) + timedelta(days=3))
-        result, _ = await send_through(
-            server, da.RetryPolicy(clock=clock), Fault.status(503, retry_after=when)
-        )
-        assert result.ok
-        assert clock.sleeps == [120.0]
 
     @pytest.mark.parametrize(
         "retry_after",
@@ -274,14 +263,10 @@ class TestRetryAfterOfARealRequest:
     async def test_a_date_past_or_zero_retries_at_once(
         self, server: FakeDispatchServer, retry_after: str
     ) -> None:
-        clock = FakeClock()
-        policy = da.RetryPolicy(first_wait=10, max_wait=10, clock=clock)
-        result, events = await send_through(
-            server, policy, Fault.status(503, retry_after=retry_after)
-        )
-        assert result.ok
-        assert clock.sleeps == [0.0]  # not the backoff, which would be anything up to 10 s
-        assert pauses_of(events) == []
+        policy = da.RetryPolicy(first_wait=10, max_wait=10)
+        slept, paused = await one_retry_after(server, retry_after, policy)
+        assert slept == [0.0]  # not the backoff, which would be anything up to 10 s
+        assert paused == []
 
     @pytest.mark.parametrize(
         "retry_after",
@@ -308,15 +293,10 @@ class TestRetryAfterOfARealRequest:
     async def test_anything_else_falls_back_to_the_backoff(
         self, server: FakeDispatchServer, retry_after: str
     ) -> None:
-        clock = FakeClock()
-        policy = da.RetryPolicy(first_wait=0.5, max_retry_after=100, clock=clock)
-        result, events = await send_through(
-            server, policy, Fault.status(503, retry_after=retry_after)
-        )
-        assert result.ok
-        [waited] = clock.sleeps
+        policy = da.RetryPolicy(first_wait=0.5, max_retry_after=100)
+        [waited], paused = await one_retry_after(server, retry_after, policy)
         assert 0 <= waited <= 0.5
-        assert pauses_of(events) == []
+        assert paused == []
 
     @pytest.mark.parametrize(
         "retry_after",
