@@ -239,6 +239,16 @@ class TestBounds:
         assert (cut.body, cut.json, cut.size) == (None, None, len(orjson.dumps(large)))
         assert cut.endpoint == "basic"
 
+    async def test_a_body_over_the_servers_limit_is_refused_and_recorded_without_it(
+        self, http: aiohttp.ClientSession
+    ) -> None:
+        async with FakeDispatchServer(max_body_bytes=100) as server:
+            status = await send(http, server.url, basic(numbers=(NUMBER,) * 5), token="t")
+            [recorded] = server.requests
+        assert status == 413
+        assert (recorded.endpoint, recorded.body) == ("basic", None)
+        assert recorded.headers["Authorization"] == "Bearer <redacted>"
+
     async def test_zero_keeps_nothing(self, http: aiohttp.ClientSession) -> None:
         async with FakeDispatchServer(recorded_requests=0) as server:
             assert await send(http, server.url, basic(), token=server.issue_token()) == 200

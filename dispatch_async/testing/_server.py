@@ -362,8 +362,11 @@ class FakeDispatchServer:
         try:
             try:
                 if not request.path.startswith(_OWN_PREFIX):
-                    body = await request.read()
-                    self._recorder.record(request.method, request.path, request.headers, body)
+                    body = None
+                    try:
+                        body = await request.read()
+                    finally:  # a body refused as too large (413) is recorded without it
+                        self._recorder.record(request.method, request.path, request.headers, body)
                 response = await handler(request)
             except web.HTTPException as exc:
                 self._count_status(exc.status, api=api)
