@@ -8,6 +8,7 @@ Start with ``DispatchSession`` (``DispatchClient`` from synchronous code);
 
 from ._batch import BatchOptions, BatchSettings
 from ._blocking import DispatchClient
+from ._clock import Clock
 from ._endpoints import BASIC_TEXT_MAX_BYTES, basic_text_warning
 from ._exceptions import (
     AuthenticationError,
@@ -66,6 +67,7 @@ __all__ = [
     "BatchSettings",
     "CallbackError",
     "ClientStatusError",
+    "Clock",
     "ConfigurationError",
     "ConnectError",
     "ConnectionLostError",

@@ -7,6 +7,7 @@ command runs as a subprocess, exactly as a user runs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -265,6 +266,212 @@ class TestInput:
         assert run.code == 0, run.stderr
         assert by_line(out)[3]["detail"] == "expected 2 fields, found 3"
         assert server.stats.received == Counter(good)
+
+
+# -- what goes on the wire ----------------------------------------------------------
+
+WEBHOOK = "https://hooks.example.com/dispatch"
+CALLBACK = "https://hooks.example.com/callback"
+
+
+def dispatched(server: FakeDispatchServer) -> list[dict[str, Any]]:
+    """The bodies of the dispatch requests the simulator received, in order."""
+    endpoints = ("basic", "single", "template", "webhook")
+    return [r.json for r in server.requests if r.endpoint in endpoints]
+
+
+def envelope(body: dict[str, Any]) -> dict[str, Any]:
+    """A dispatch request's fields other than its recipients."""
+    return {name: value for name, value in body.items() if name != "messages"}
+
+
+class TestWhatIsSent:
+    """Each flag says what goes on the wire, and nothing else goes."""
+
+    async def test_send_template_sends_the_template_every_option_and_the_columns_as_vars(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        run = await dispatch_async(
+            "send", "template", "--template-id", "pix_reminder", "--webhook", WEBHOOK,
+            "--campaign-name", "março", "--callback", CALLBACK, "--fallback-sms", "Seu Pix",
+            "--account", "acme-sp", "-i", contacts, "-o", tmp_path / "r.jsonl", env=env,
+        )  # fmt: skip
+        assert run.code == 0, run.stderr
+        [body] = dispatched(server)
+        assert envelope(body) == {
+            "account": "acme-sp",  # the flag over DISPATCH_ACCOUNT
+            "template_id": "pix_reminder",
+            "webhook": WEBHOOK,
+            "campaign_name": "março",
+            "callback": CALLBACK,
+            "fallback": [{"channel": "sms", "content": "Seu Pix"}],
+        }
+        assert body["messages"][:2] == [
+            {"number": numbers(4)[0], "vars": {"name": "Ana", "pixCode": "PIX0"}},
+            {"number": numbers(4)[1], "vars": {"name": "Ana", "pixCode": "PIX1"}},
+        ]
+        assert len(body["messages"]) == 5
+
+    @pytest.mark.parametrize("endpoint", ["basic", "single"])
+    async def test_send_basic_and_single_send_the_text_under_the_environments_account(
+        self,
+        server: FakeDispatchServer,
+        env: dict[str, str],
+        contacts: Path,
+        tmp_path: Path,
+        endpoint: str,
+    ) -> None:
+        run = await dispatch_async(
+            "send", endpoint, "--text", "Olá, tudo bem?", "-i", contacts,
+            "-o", tmp_path / "r.jsonl", env=env,
+        )  # fmt: skip
+        assert run.code == 0, run.stderr
+        [request] = [r for r in server.requests if r.endpoint == endpoint]
+        assert envelope(request.json) == {
+            "account": "acme",
+            "content": {"text": {"message": "Olá, tudo bem?"}},
+        }
+
+    async def test_send_webhook_sends_its_webhook_text_template_and_options(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "webhook", "--webhook", WEBHOOK, "--text", "Olá", "--template-id", "otp",
+            "--campaign-name", "c1", "--callback", CALLBACK, "--fallback-sms", "sms",
+            "-i", contacts, "-o", out, env=env,
+        )  # fmt: skip
+        assert run.code == 0, run.stderr
+        assert outcomes(out) == Counter(sent=4, invalid=1)
+        [request] = server.requests[1:]
+        assert request.path == "/api/v3/webhook"
+        assert envelope(request.json) == {
+            "account": "acme",
+            "webhook": WEBHOOK,
+            "content": {"text": {"message": "Olá"}},
+            "template_id": "otp",
+            "campaign_name": "c1",
+            "callback": CALLBACK,
+            "fallback": [{"channel": "sms", "content": "sms"}],
+        }
+
+    async def test_resume_sends_what_the_first_run_sent(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(4))
+        out = tmp_path / "r.jsonl"
+        server.latency = 0.5  # the deadline passes with the first chunk in flight
+        first = await dispatch_async(
+            "send", "template", "--template-id", "t1", "--webhook", WEBHOOK,
+            "--campaign-name", "c", "--callback", CALLBACK, "--fallback-sms", "f",
+            "-i", source, "-o", out, "--chunk-size", "2", "--concurrency", "1",
+            "--deadline", "0.2", env=env,
+        )  # fmt: skip
+        assert first.code == 1, first.stderr
+        assert outcomes(out) == Counter(maybe_sent=2, not_sent=2)
+        server.latency = 0
+        resumed = await dispatch_async("send", "--resume", "-o", out, env=env)
+        assert resumed.code == 1, resumed.stderr  # the maybe_sent lines are still there
+        assert outcomes(out) == Counter(maybe_sent=2, sent=2)
+
+        # The job's options came from the journal: its flags were not given again.
+        cut, resent = dispatched(server)
+        assert resent["messages"] == [{"number": n, "vars": {}} for n in numbers(4)[2:]]
+        expected = {
+            "account": "acme",
+            "template_id": "t1",
+            "webhook": WEBHOOK,
+            "campaign_name": "c",
+            "callback": CALLBACK,
+            "fallback": [{"channel": "sms", "content": "f"}],
+        }
+        assert envelope(cut) == envelope(resent) == expected
+
+    async def test_every_request_carries_the_contract_headers(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", contacts, "-o", tmp_path / "r.jsonl",
+            "--chunk-size", "2", env=env,
+        )  # fmt: skip
+        assert run.code == 0, run.stderr
+        token, *requests = server.requests
+        assert token.form == {"grant_type": "client_credentials"}
+        assert len(requests) == 3
+        for request in requests:
+            assert request.headers["Authorization"] == "Bearer <redacted>"
+            assert request.headers["X-Auth-Type"] == "JWT"
+            assert request.headers["Content-Type"] == "application/json"
+            assert request.headers["User-Agent"].startswith("dispatch-async/")
+
+    async def test_the_input_format_flag_overrides_the_file_name(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        # CSV in a file named .jsonl: by its name it would be read as JSON lines.
+        source = write_csv(tmp_path / "contacts.jsonl", "number,name", [f"{numbers(1)[0]},Ana"])
+        by_name = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", source, "-o", tmp_path / "a.jsonl", env=env
+        )
+        forced = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", source, "-o", tmp_path / "b.jsonl",
+            "--format", "csv", env=env,
+        )  # fmt: skip
+        assert outcomes(tmp_path / "a.jsonl") == Counter(invalid=2), by_name.stderr
+        assert forced.code == 0, forced.stderr
+        assert [b["messages"] for b in dispatched(server)] == [
+            [{"number": numbers(1)[0], "vars": {"name": "Ana"}}]
+        ]
+
+
+class TestConnectionFlags:
+    async def test_timeout_bounds_one_request(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        server.script(Fault.hang())
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", contacts, "-o", out, "--timeout", "0.5",
+            env=env,
+        )  # fmt: skip
+        assert run.code == 1, run.stderr
+        assert outcomes(out) == Counter(maybe_sent=5)
+        assert {r["error_type"] for r in records(out)} == {"RequestTimeoutError"}
+        assert server.stats.requests == 1, "a timed-out request may have been acted on"
+
+    async def test_max_retry_time_bounds_the_retries_of_one_request(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        server.script(*[Fault.status(503, retry_after="0.3")] * 100)
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", contacts, "-o", out,
+            "--attempts", "100", "--max-retry-time", "0.5", env=env,
+        )  # fmt: skip
+        assert run.code == 1, run.stderr
+        assert outcomes(out) == Counter(not_sent=5)
+        assert {r["error_type"] for r in records(out)} == {"ServiceUnavailableError"}
+        # 0.3 s apart, for 0.5 s: the first try and one or two more, of the 100 allowed.
+        assert 2 <= server.stats.requests <= 3
+        assert server.pending_faults == 100 - server.stats.requests
+
+    @pytest.mark.parametrize("flag", ["-v", "--verbose"])
+    async def test_verbose_logs_each_retry(
+        self,
+        server: FakeDispatchServer,
+        env: dict[str, str],
+        contacts: Path,
+        tmp_path: Path,
+        flag: str,
+    ) -> None:
+        args = ("send", "basic", "--text", "hi", "-i", contacts, "--chunk-size", "3")
+        server.script(Fault.status(503, retry_after="0"))
+        quiet = await dispatch_async(*args, "-o", tmp_path / "a.jsonl", env=env)
+        server.script(Fault.status(503, retry_after="0"))
+        verbose = await dispatch_async(*args, "-o", tmp_path / "b.jsonl", flag, env=env)
+        assert (quiet.code, verbose.code) == (0, 0), quiet.stderr + verbose.stderr
+        assert "retrying" not in quiet.stderr
+        assert verbose.stderr.count("retrying after the service answered HTTP 503") == 1
+        assert "DEBUG" not in verbose.stderr  # -vv for that
 
 
 # -- output, summary, progress -----------------------------------------------------
@@ -712,34 +919,44 @@ class TestResume:
         assert set(received) <= sent | maybe
         assert not has_journal(out)
 
-    async def test_after_a_kill_maybe_sent_is_at_most_the_chunks_whose_requests_started(
+    async def test_after_a_kill_maybe_sent_is_exactly_what_reached_the_service_unrecorded(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
         total, chunk, concurrency = 40_000, 500, 4
-        source = write_csv(tmp_path / "c.csv", "number,name", [f"{n},Ana" for n in numbers(total)])
+        given = numbers(total)
+        source = write_csv(tmp_path / "c.csv", "number,name", [f"{n},Ana" for n in given])
         out = tmp_path / "r.jsonl"
         args = ("send", "template", "--template-id", "t", "-i", source, "-o", out, "--quiet")
-        # Slow answers: the SDK reads chunks ahead of the requests it has started.
-        server.latency = 0.3
+        # Chunks 6 to 9 hang: once they hold every slot, no request can start, while the
+        # SDK has read chunks ahead of them that it never started.
+        for index in range(6, 6 + concurrency):
+            server.script_for(given[index * chunk], Fault.hang())
         process = await asyncio.create_subprocess_exec(
             *COMMAND, *map(str, args), "--chunk-size", str(chunk),
             "--concurrency", str(concurrency),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
         )  # fmt: skip
-        await wait_for_records(out, 3 * chunk, process)
+        await server.wait_until(
+            lambda: server.in_flight == concurrency and server.pending_faults == 0, timeout=60
+        )
         process.kill()
         await process.wait()
-        received_before = set(server.stats.received)
+        assert process.returncode == -signal.SIGKILL
+        # What the killed run wrote, bar a line the kill may have cut short.
+        lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
+        written = [json.loads(line) for line in lines if line.endswith("\n")]
+        recorded_sent = {r["number"] for r in written if r["outcome"] == "sent"}
+        reached = {m["number"] for body in dispatched(server) for m in body["messages"]}
+        assert len(reached) == 10 * chunk, "chunks 0 to 9, and no other"
 
-        server.latency = 0
         resumed = await dispatch_async(*args, "--resume", env=env, kill_after=60)
         assert resumed.code == 1, resumed.stderr
         found = by_line(out)
         assert sorted(found) == list(range(2, total + 2))
         maybe = {r["number"] for r in found.values() if r["outcome"] == "maybe_sent"}
-        assert 0 < len(maybe) <= concurrency * chunk
-        # Each maybe_sent row was in a request that had started: most reached the service.
-        assert len(maybe - received_before) <= concurrency * chunk
+        # The chunks read ahead were never started: sent on resume, not left maybe_sent.
+        assert maybe == reached - recorded_sent
+        assert set(given[6 * chunk : 10 * chunk]) <= maybe, "the requests held in flight"
         assert not server.stats.duplicates
 
 
@@ -769,18 +986,108 @@ class TestDemo:
         assert found["sent"] + found["invalid"] == recipients
         assert found["invalid"] < max(recipients // 10, 1)
 
+    async def test_the_seed_decides_the_sample_data(self, tmp_path: Path) -> None:
+        bare = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+        env = bare | {"TMPDIR": str(tmp_path)}
+
+        async def invalid_lines(seed: int, name: str) -> set[int]:
+            out = tmp_path / name
+            run = await dispatch_async(
+                "demo", "-o", out, "--recipients", "300", "--seed", str(seed), "-q", env=env
+            )
+            assert run.code == 0, run.stderr
+            return {r["line"] for r in records(out) if r["outcome"] == "invalid"}
+
+        first, again, other = (
+            await invalid_lines(1, "a.jsonl"),
+            await invalid_lines(1, "b.jsonl"),
+            await invalid_lines(2, "c.jsonl"),
+        )
+        assert first, "about 3% of the sample numbers are invalid"
+        assert first == again
+        assert first != other
+
+
+@attrs.define
+class Served:
+    """A `serving` simulator: its URL, and what it said on stderr once stopped."""
+
+    url: str
+    stderr: str = ""
+
+
+@contextlib.asynccontextmanager
+async def serving(*flags: str, stop: signal.Signals = signal.SIGTERM) -> AsyncIterator[Served]:
+    """`dispatch-async serve` with *flags*, stopped with *stop*; it must exit 0."""
+    process = await asyncio.create_subprocess_exec(
+        *COMMAND, "serve", "--port", "0", *flags,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(20):
+            served = Served((await process.stdout.readline()).decode().strip())
+        yield served
+    finally:
+        if process.returncode is None:
+            process.send_signal(stop)
+        async with asyncio.timeout(20):
+            _, err = await process.communicate()
+    served.stderr = err.decode()
+    assert process.returncode == 0
+
+
+async def raw_dispatch(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
+    """One basic dispatch to the simulator at *url* with its default secret; read."""
+    form = {"grant_type": "client_credentials", "client_secret": "test-secret"}
+    async with http.post(f"{url}/oauth/token", data=form) as answer:
+        token = (await answer.json())["access_token"]
+    body = {
+        "account": "a",
+        "content": {"text": {"message": "hi"}},
+        "messages": [{"number": "+5511999990000"}],
+    }
+    headers = {"Authorization": f"Bearer {token}"}
+    async with http.post(f"{url}/api/v3/basic", json=body, headers=headers) as answer:
+        await answer.read()
+    return answer
+
 
 class TestServe:
+    async def test_host_fault_rate_and_random_retry_after_answer_as_told(self) -> None:
+        flags = ("--host", "127.0.0.1", "--fault-rate", "429=1", "--random-retry-after", "7")
+        async with serving(*flags) as served, aiohttp.ClientSession() as http:
+            answer = await raw_dispatch(http, served.url)
+        assert served.url.startswith("http://127.0.0.1:")
+        assert (answer.status, answer.headers["Retry-After"]) == (429, "7")
+
+    async def test_the_seed_repeats_the_random_faults_and_fast_ids_are_numbered(self) -> None:
+        flags = ("--fault-rate", "503=0.5", "--seed", "11", "--fast-ids", "--latency", "0.05")
+        runs: list[list[int]] = []
+        ids: list[str] = []
+        for _ in range(2):
+            async with serving(*flags) as served, aiohttp.ClientSession() as http:
+                answers = [await raw_dispatch(http, served.url) for _ in range(16)]
+                first_ok = next(a for a in answers if a.status == 200)
+                ids.append((await first_ok.json())["validMessages"][0]["id"])
+            runs.append([a.status for a in answers])
+        assert runs[0] == runs[1]
+        assert set(runs[0]) == {200, 503}
+        assert ids == ["00000000-0000-4000-8000-000000000000"] * 2
+
+    async def test_latency_delays_every_dispatch_answer(self) -> None:
+        loop = asyncio.get_running_loop()
+        async with serving("--latency", "0.3") as served, aiohttp.ClientSession() as http:
+            started = loop.time()
+            answer = await raw_dispatch(http, served.url)
+            took = loop.time() - started
+        assert answer.status == 200
+        assert took >= 0.3
+
     async def test_runs_the_simulator_with_the_given_flags_until_sigterm(self) -> None:
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, "serve", "--port", "0", "--secret", "serve-secret",
-            "--token-lifetime", "42", "--fault-rate", "429=1.0",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            assert process.stdout is not None
-            async with asyncio.timeout(20):
-                url = (await process.stdout.readline()).decode().strip()
+        flags = ("--secret", "serve-secret", "--token-lifetime", "42", "--fault-rate", "429=1.0")
+        async with serving(*flags) as served:
+            url = served.url
             assert url.startswith("http://127.0.0.1:")
             async with aiohttp.ClientSession() as http:
                 answer = await http.post(
@@ -793,35 +1100,18 @@ class TestServe:
             ) as session:
                 result = await session.send_basic(["+5511999990000"], text="hi")
             assert isinstance(result.failed[0].error, RateLimitedError)
-        finally:
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-            async with asyncio.timeout(20):
-                await process.communicate()
-        assert process.returncode == 0
 
     async def test_ctrl_c_prints_what_it_saw_and_get_stats_shows_it_meanwhile(self) -> None:
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, "serve", "--port", "0", "--secret", "serve-secret",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            assert process.stdout is not None
-            async with asyncio.timeout(20):
-                url = (await process.stdout.readline()).decode().strip()
-            async with DispatchSession(url, client_secret="serve-secret", account="a") as session:
+        async with serving("--secret", "serve-secret", stop=signal.SIGINT) as served:
+            async with DispatchSession(
+                served.url, client_secret="serve-secret", account="a"
+            ) as session:
                 await session.send_basic(numbers(3), text="hi")
-            async with aiohttp.ClientSession() as http, http.get(f"{url}/_stats") as answer:
+            async with aiohttp.ClientSession() as http, http.get(f"{served.url}/_stats") as answer:
                 stats = await answer.json()
             assert (stats["dispatch_calls"], stats["recipients_received"]) == (1, 3)
-        finally:
-            if process.returncode is None:
-                process.send_signal(signal.SIGINT)
-            async with asyncio.timeout(20):
-                _, err = await process.communicate()
-        assert process.returncode == 0
-        assert "simulator stopped: 1 token requests" in err.decode()
-        assert "3 recipients received (0 more than once)" in err.decode()
+        assert "simulator stopped: 1 token requests" in served.stderr
+        assert "3 recipients received (0 more than once)" in served.stderr
 
     async def test_help_names_the_command_and_documents_stats(self) -> None:
         run = await dispatch_async("serve", "--help", env=os.environ)
@@ -839,3 +1129,4 @@ class TestHelp:
             assert command in run.stdout
         version = await dispatch_async("--version", env=os.environ)
         assert version.stdout.startswith("dispatch-async, version ")
+        assert (await dispatch_async("-V", env=os.environ)).stdout == version.stdout

@@ -1092,9 +1092,11 @@ class TestPublicSurface:
         assert exported == sorted(exported)
         assert set(exported) == {
             "DEFAULT_TEMPLATES",
+            "FakeClock",
             "FakeDispatchServer",
             "Fault",
             "FaultKind",
+            "RecordedRequest",
             "ServerStats",
             "main",
             "serve_forever",

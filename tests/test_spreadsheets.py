@@ -336,16 +336,21 @@ class TestResumeWithoutFlags:
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
         )  # fmt: skip
         await wait_for_records(out, 2000, process)
+        # Hold the next requests, so that some are certainly in flight when the kill lands.
+        server.latency = 3600
+        await server.wait_until(lambda: server.in_flight > 0, timeout=60)
         process.kill()
         await process.wait()
+        assert process.returncode == -signal.SIGKILL
         server.latency = 0
 
         resumed = await dispatch_async("send", "--resume", "-o", out, "-q", env=env)
-        assert resumed.code in (0, 1), resumed.stderr  # 1: lines in flight stay maybe_sent
+        assert resumed.code == 1, resumed.stderr  # the lines in flight stay maybe_sent
         found = by_line(out)
         assert {line: record["number"] for line, record in found.items()} == expected
         sent = {r["number"] for r in found.values() if r["outcome"] == "sent"}
         maybe = {r["number"] for r in found.values() if r["outcome"] == "maybe_sent"}
+        assert maybe, "the kill left chunks in flight, recorded maybe_sent"
         assert len(sent) + len(maybe) == 20_000
         assert not server.stats.duplicates, "no number was received twice"
         assert sent <= set(server.stats.received) <= sent | maybe
@@ -507,6 +512,25 @@ class TestExport:
         export = await dispatch_async("export", "-o", out, "-i", source, env=env)
         assert export.code == 0, export.stderr
         assert export.stdout == "".join(lines[:2])
+
+    async def test_format_reads_the_input_as_told_whatever_its_name(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.csv"  # JSON lines, in a file named as a CSV
+        lines = [f'{{"number": "{n}"}}\n' for n in numbers(4)]
+        source.write_text("".join(lines), encoding="utf-8")
+        out = tmp_path / "r.jsonl"
+        server.script(Fault.status(503))
+        args = send_args(source, out, "--chunk-size", "2", "--concurrency", "1", "--attempts", "1")
+        assert (await dispatch_async(*args, "--format", "jsonl", env=env)).code == 1
+        assert server.stats.received == Counter(numbers(4)[2:])
+
+        by_name = await dispatch_async("export", "-o", out, "-i", source, env=env)
+        told = await dispatch_async("export", "-o", out, "-i", source, "--format", "jsonl", env=env)
+        assert told.code == 0, told.stderr
+        assert told.stdout == "".join(lines[:2])
+        # By its name the file is a CSV: its lines are then rows, quoted as CSV.
+        assert by_name.stdout.startswith('"{""number"": ')
 
     async def test_without_a_journal_the_input_must_be_given_and_no_file_is_overwritten(
         self, server: FakeDispatchServer, env: dict[str, str], excel: Path, tmp_path: Path

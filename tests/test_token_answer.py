@@ -184,7 +184,7 @@ class TestMalformedAnswer:
         ],
     )
     def test_a_malformed_token_answer_is_an_authentication_error(self, body: bytes) -> None:
-        with pytest.raises(da.AuthenticationError):
+        with pytest.raises(da.AuthenticationError, match="the token answer is not"):
             parse_token_answer(body)
 
     def test_unknown_fields_in_the_answer_are_ignored(self) -> None:

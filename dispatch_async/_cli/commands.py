@@ -315,7 +315,8 @@ def serve(arguments: tuple[str, ...]) -> None:
 
     Flags: --port, --host, --secret, --token-lifetime SECONDS, --fault-rate CODE=RATE
     (repeatable), --random-retry-after, --seed, --latency SECONDS, --fast-ids,
-    --rate-limit R. It prints what it saw when stopped; GET /_stats shows it meanwhile.
+    --rate-limit R, --recorded-requests N. It prints what it saw when stopped; GET /_stats
+    shows it meanwhile, GET /_requests the latest requests it received.
     """
     raise SystemExit(dispatch_async.testing.main(list(arguments), prog="dispatch-async serve"))
 

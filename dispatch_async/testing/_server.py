@@ -18,6 +18,12 @@ from ._contract import ENDPOINTS, FieldError, dispatch_answer, parse_dispatch
 from ._faults import Fault, FaultKind, FaultSchedule
 from ._ids import IdFactory
 from ._rate import AccountRateLimit
+from ._recorder import (
+    DEFAULT_RECORDED_BODY_BYTES,
+    DEFAULT_RECORDED_REQUESTS,
+    RecordedRequest,
+    Recorder,
+)
 from ._stats import ServerStats
 from ._tokens import IssuedTokens, TokenState
 
@@ -39,6 +45,7 @@ _SHUTDOWN_TIMEOUT: Final = 0.25
 _RELEVANT_HEADERS: Final = ("User-Agent", "X-Auth-Type", "Accept", "Content-Type")
 #: The endpoints whose messages open a conversational session (a session_id).
 _CONVERSATIONAL: Final = frozenset({"webhook", "template"})
+_OWN_PREFIX: Final = "/_"  # the simulator's own paths, not the service's: never recorded
 
 
 class _Unset(enum.Enum):
@@ -59,8 +66,9 @@ class FakeDispatchServer:
     """An in-process dispatch service on 127.0.0.1, scriptable with faults.
 
     Use it as ``async with FakeDispatchServer() as server:`` and point a client at
-    ``server.url``. Everything it saw is in ``server.stats``; faults are queued with
-    `script`, `script_for` and `script_token`.
+    ``server.url``. Everything it saw is counted in ``server.stats`` and the latest
+    requests themselves are in ``server.requests``; faults are queued with `script`,
+    `script_for` and `script_token`.
 
     The API documentation shows no error answers, so these are the simulator's, except the 403 that
     integrations of the real service report. With ``allowed_ips``, a caller from another
@@ -103,10 +111,13 @@ class FakeDispatchServer:
             a burst of one second's worth); beyond it, 429 with ``Retry-After`` in
             seconds (decimals) and nothing acted on. None, the default, has no limit.
             Settable while serving.
+        recorded_requests: how many of the latest requests ``requests`` keeps (0: none).
+        recorded_body_bytes: bodies larger than this are recorded by their size only.
 
     Beyond the service's paths the simulator answers ``GET /_stats`` (its counters, as
-    JSON) and ``PUT /_rate_limit`` (``{"rate": R}`` or ``{"rate": null}``): they are the
-    simulator's, for tests and benchmarks of another process, not part of the service.
+    JSON), ``GET /_requests`` (``requests``, as JSON) and ``PUT /_rate_limit``
+    (``{"rate": R}`` or ``{"rate": null}``): they are the simulator's, for tests and
+    benchmarks of another process, not part of the service.
     """
 
     def __init__(
@@ -129,6 +140,8 @@ class FakeDispatchServer:
         token_body: Literal["form", "json", "any"] = "form",  # noqa: S107 - not a secret
         allowed_ips: Collection[str] | None = None,
         session_ids: bool = True,
+        recorded_requests: int = DEFAULT_RECORDED_REQUESTS,
+        recorded_body_bytes: int = DEFAULT_RECORDED_BODY_BYTES,
     ) -> None:
         if token_body not in ("form", "json", "any"):
             raise ValueError(f"token_body must be form, json or any, not {token_body!r}")
@@ -149,6 +162,7 @@ class FakeDispatchServer:
         self._ids = IdFactory(fast=fast_ids)
         self._limit = AccountRateLimit(rate_limit)
         self._tokens = IssuedTokens()
+        self._recorder = Recorder(recorded_requests, recorded_body_bytes)
         self._state = _State.UNOPENED
         self._runner: web.AppRunner | None = None
         self._address: tuple[str, int] | None = None
@@ -301,6 +315,19 @@ class FakeDispatchServer:
         for field in attrs.fields(ServerStats):
             setattr(self.stats, field.name, getattr(fresh, field.name))
 
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """The latest requests received, oldest first, credentials removed (a copy).
+
+        Every request to the service's paths is kept as it arrived, before it is
+        authenticated, refused or faulted, so a test can check what a client sent.
+        """
+        return self._recorder.requests
+
+    def clear_requests(self) -> None:
+        """Forget the requests recorded so far."""
+        self._recorder.clear()
+
     # A bound by default, because a condition that never comes true must fail the test,
     # not hang it.
     async def wait_until(
@@ -338,6 +365,7 @@ class FakeDispatchServer:
         app.router.add_get("/api/v3/templates", self._list_templates)
         app.router.add_post("/api/v3/{endpoint:" + "|".join(ENDPOINTS) + "}", self._dispatch)
         app.router.add_get("/_stats", self._stats)
+        app.router.add_get("/_requests", self._requests)
         app.router.add_put("/_rate_limit", self._set_rate_limit)
         return app
 
@@ -358,6 +386,12 @@ class FakeDispatchServer:
             self._notify()
         try:
             try:
+                if not request.path.startswith(_OWN_PREFIX):
+                    body = None
+                    try:
+                        body = await request.read()
+                    finally:  # a body refused as too large (413) is recorded without it
+                        self._recorder.record(request.method, request.path, request.headers, body)
                 response = await handler(request)
             except web.HTTPException as exc:
                 self._count_status(exc.status, api=api)
@@ -483,6 +517,9 @@ class FakeDispatchServer:
 
     async def _stats(self, request: web.Request) -> web.StreamResponse:
         return _json(200, self.stats.as_json())
+
+    async def _requests(self, request: web.Request) -> web.StreamResponse:
+        return _json(200, [recorded.as_json() for recorded in self.requests])
 
     async def _set_rate_limit(self, request: web.Request) -> web.StreamResponse:
         try:

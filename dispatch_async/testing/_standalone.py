@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
+from ._recorder import DEFAULT_RECORDED_REQUESTS
 from ._server import FakeDispatchServer
 from ._stats import ServerStats
 
@@ -136,9 +137,17 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         action="store_true",
         help="leave session_id out of accepted messages (the spec's bare answer)",
     )
+    parser.add_argument(
+        "--recorded-requests",
+        type=int,
+        default=DEFAULT_RECORDED_REQUESTS,
+        metavar="N",
+        help="latest requests kept for GET /_requests (default: %(default)s; 0: none)",
+    )
     parser.epilog = (
         "GET /_stats answers the simulator's counters as JSON; they are also printed to "
-        "stderr when it stops. Both are the simulator's, not part of the service."
+        "stderr when it stops. GET /_requests answers the latest requests it received "
+        "(credentials removed). Both are the simulator's, not part of the service."
     )
     return parser
 
@@ -169,6 +178,7 @@ def main(
             allowed_ips=args.allow_ip,
             session_ids=not args.no_session_ids,
             **({} if args.expires_in is None else {"expires_in": args.expires_in}),
+            recorded_requests=args.recorded_requests,
         )
     except ValueError as exc:
         parser.error(str(exc))
