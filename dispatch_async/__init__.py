@@ -8,7 +8,7 @@ Start with ``DispatchSession`` (``DispatchClient`` from synchronous code);
 
 from ._batch import BatchOptions, BatchSettings
 from ._blocking import DispatchClient
-from ._clock import Clock
+from ._clock import MONOTONIC, Clock
 from ._endpoints import BASIC_TEXT_MAX_BYTES, basic_text_warning
 from ._exceptions import (
     AuthenticationError,
@@ -62,6 +62,7 @@ __all__ = [
     "BASIC_TEXT_MAX_BYTES",
     "DEFAULT_KEY_PREFIX",
     "DUPLICATE_REASON",
+    "MONOTONIC",
     "AuthenticationError",
     "BatchOptions",
     "BatchSettings",

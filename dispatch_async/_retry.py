@@ -66,6 +66,7 @@ class RetryPolicy:
     wait: bool = True
     """False: retry at once, ignoring Retry-After too (for tests)."""
     clock: Clock = attrs.field(default=MONOTONIC, eq=False, repr=False)
+    """Where the waits are measured and spent: real time, or a test's `FakeClock`."""
 
     def should_retry(self, error: BaseException) -> bool:
         """Whether *error* is worth another attempt under this policy."""

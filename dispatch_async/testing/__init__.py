@@ -23,12 +23,14 @@ With pytest-asyncio installed, the ``dispatch_server`` fixture gives a started s
 
 from ._clock import FakeClock
 from ._faults import Fault, FaultKind
-from ._recorder import RecordedRequest
+from ._recorder import DEFAULT_RECORDED_BODY_BYTES, DEFAULT_RECORDED_REQUESTS, RecordedRequest
 from ._server import DEFAULT_TEMPLATES, FakeDispatchServer
 from ._standalone import main, serve_forever
 from ._stats import ServerStats
 
 __all__ = [
+    "DEFAULT_RECORDED_BODY_BYTES",
+    "DEFAULT_RECORDED_REQUESTS",
     "DEFAULT_TEMPLATES",
     "FakeClock",
     "FakeDispatchServer",

@@ -48,10 +48,15 @@ class RecordedRequest:
     """
 
     method: str
+    """The HTTP method (``"POST"``, ``"GET"``)."""
     path: str
+    """The path, without the query (``"/api/v3/basic"``)."""
     headers: CIMultiDictProxy[str] = attrs.field(repr=False)
+    """The request's headers, case-insensitive, credentials cut to their scheme."""
     size: int
+    """The body's length in bytes, as received (0 without a body)."""
     body: bytes | None = attrs.field(repr=False)
+    """The body, credentials removed; None when there was none or it was too large."""
 
     @property
     def endpoint(self) -> str | None:
