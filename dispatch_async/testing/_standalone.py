@@ -64,6 +64,15 @@ def _fault_rate(text: str) -> tuple[int, float]:
         ) from None
 
 
+def _template(text: str) -> tuple[str, tuple[str, ...]]:
+    name, _, needs = text.partition(":")
+    if not name:
+        raise argparse.ArgumentTypeError(
+            f"expected ID[:VAR,...] (e.g. pix_reminder:pixCode), got {text!r}"
+        )
+    return name, tuple(var for var in needs.split(",") if var)
+
+
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -136,6 +145,15 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         action="store_true",
         help="leave session_id out of accepted messages (the spec's bare answer)",
     )
+    parser.add_argument(
+        "--template",
+        type=_template,
+        action="append",
+        default=[],
+        metavar="ID[:VAR,...]",
+        help="the account's only templates, with the vars each needs, repeatable: another "
+        "template_id, or a recipient without one of its vars, gets 400 (default: any)",
+    )
     parser.epilog = (
         "GET /_stats answers the simulator's counters as JSON; they are also printed to "
         "stderr when it stops. Both are the simulator's, not part of the service."
@@ -168,6 +186,7 @@ def main(
             token_body=args.token_body,
             allowed_ips=args.allow_ip,
             session_ids=not args.no_session_ids,
+            **({"templates": dict(args.template)} if args.template else {}),
             **({} if args.expires_in is None else {"expires_in": args.expires_in}),
         )
     except ValueError as exc:
