@@ -148,10 +148,12 @@ class FakeDispatchServer:
         self.latency = latency
         #: The templates a dispatch may name, with the vars each needs; None: any.
         self.template_vars: dict[str, tuple[str, ...]] | None = None
+        self.templates: list[Mapping[str, object]] = []
         if isinstance(templates, Mapping):
             self.template_vars = _template_vars(templates)
-            templates = [_listed(name, needs) for name, needs in self.template_vars.items()]
-        self.templates: list[Mapping[str, object]] = list(templates)
+            self.templates = [_listed(name, vars_) for name, vars_ in self.template_vars.items()]
+        else:
+            self.templates = list(templates)
         self.stats = ServerStats()
         self._host = host
         self._port = port

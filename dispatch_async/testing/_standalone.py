@@ -9,6 +9,7 @@ import gc
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._server import FakeDispatchServer
 from ._stats import ServerStats
@@ -170,6 +171,11 @@ def main(
     """
     parser = _parser(prog)
     args = parser.parse_args(argv)
+    optional: dict[str, Any] = {}
+    if args.expires_in is not None:
+        optional["expires_in"] = args.expires_in
+    if args.template:
+        optional["templates"] = dict(args.template)
     try:
         server = FakeDispatchServer(
             client_secret=args.secret,
@@ -186,8 +192,7 @@ def main(
             token_body=args.token_body,
             allowed_ips=args.allow_ip,
             session_ids=not args.no_session_ids,
-            **({"templates": dict(args.template)} if args.template else {}),
-            **({} if args.expires_in is None else {"expires_in": args.expires_in}),
+            **optional,
         )
     except ValueError as exc:
         parser.error(str(exc))
