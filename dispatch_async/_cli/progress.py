@@ -9,10 +9,11 @@ never break the bar.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -24,6 +25,7 @@ __all__ = [
     "NoteHandler",
     "Progress",
     "Tally",
+    "logging_to",
     "make_progress",
     "render_summary",
 ]
@@ -172,6 +174,25 @@ class NoteHandler(logging.Handler):
             self.write(self.format(record))
         except Exception:  # pragma: no cover - logging must never break the job
             self.handleError(record)
+
+
+@contextlib.contextmanager
+def logging_to(progress: Progress, verbose: int) -> Iterator[None]:
+    """Send the SDK's log through the progress display; -v for INFO, -vv for DEBUG."""
+    logger = logging.getLogger("dispatch_async")
+    handler = NoteHandler(progress.note)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    previous = (logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous[0])
+        logger.propagate = previous[1]
 
 
 @attrs.define

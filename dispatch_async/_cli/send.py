@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import orjson
@@ -33,10 +32,10 @@ import orjson
 import dispatch_async as da
 
 from .advice import LocalNumbers, export_command, too_many_invalid
-from .causes import Causes
+from .causes import Causes, said
 from .input import Row, count_lines, line_bound
 from .journal import JobFiles, Recorded
-from .progress import NoteHandler, Progress, Tally, make_progress, render_summary
+from .progress import Progress, Tally, logging_to, make_progress, render_summary
 from .records import SHOWN_MALFORMED, Failure, failed_record, malformed_note, part_records
 from .source import Reading, Source, check_input
 from .spec import FAILED, OK, JobSpec, Problem, dedupe_key, sent_as
@@ -181,7 +180,7 @@ class SendJob:
         if isinstance(error, da.InputError) and cause is not None and cause is self._failure:
             return f"the job stopped before this was sent: {cause}", "Interrupted"
         if isinstance(error, da.ClientStatusError) and error.body:
-            return f"{error}: {_said(error.body)}", type(error).__name__
+            return f"{error}: {said(error.body)}", type(error).__name__
         return str(error), type(error).__name__
 
     def _unaccounted(self, rows: Iterable[Row], *, maybe_sent: bool) -> list[bytes]:
@@ -230,8 +229,9 @@ class SendJob:
         records += self._unaccounted(self._unfed, maybe_sent=False)
         self._fed.clear()
         self._unfed = []
-        self._files.append(records)
-        self.progress.advance(len(records))
+        if records:
+            self._files.append(records)
+            self.progress.advance(len(records))
         self.tally.ended = time.monotonic()
         return ended
 
@@ -335,7 +335,7 @@ async def run_send(spec: JobSpec) -> int:
             job.begin(Source(rows, recorded, spec.output), progress, Counter(recorded.kept))
             if not display.quiet:
                 progress.note(_intro(spec, recorded))
-            with _logging_to(progress, display.verbose):
+            with logging_to(progress, display.verbose):
                 # Only a run that returned can be complete: any exception (a write error, a
                 # bug) leaves the journal, so --resume settles what may have been sent.
                 ended_normally = False
@@ -453,33 +453,3 @@ def _conclude(spec: JobSpec, job: SendJob, ended: da.DispatchError | None) -> in
         print(too_many, file=err)
         code = FAILED
     return code
-
-
-def _said(body: str) -> str:
-    """What a refusing service said: its JSON ``message``, else the start of its body."""
-    try:
-        answer = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        answer = None
-    if isinstance(answer, dict) and isinstance(answer.get("message"), str):
-        return str(answer["message"])[:300]
-    return " ".join(body.split())[:300]
-
-
-@contextlib.contextmanager
-def _logging_to(progress: Progress, verbose: int) -> Iterator[None]:
-    """Send the SDK's log through the progress display; -v for INFO, -vv for DEBUG."""
-    logger = logging.getLogger("dispatch_async")
-    handler = NoteHandler(progress.note)
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
-    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    previous = (logger.level, logger.propagate)
-    logger.addHandler(handler)
-    logger.setLevel(level)
-    logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(previous[0])
-        logger.propagate = previous[1]
