@@ -94,8 +94,9 @@ class FakeDispatchServer:
             mapping of template id to the vars it needs (``{"pix_reminder": ["pixCode"]}``),
             the account's only templates: a dispatch naming another ``template_id``, or
             with a recipient missing one of its vars, gets 400 ``unknown_template`` or
-            ``missing_var`` (the simulator's choice: the spec shows neither), and the
-            listing is derived from it. Not enforced by default: any template, any vars.
+            ``missing_var`` (the simulator's choice: the API documentation shows
+            neither), and the listing is derived from it. Not enforced by default: any
+            template, any vars.
         jwt_tokens: issue signed JWTs with ``iat`` and ``exp`` claims (as the real service
             is inferred to, from its ``X-Auth-Type: JWT``) instead of opaque tokens.
         token_body: what the token endpoint reads: ``"form"`` (the API documentation's
