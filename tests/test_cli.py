@@ -14,6 +14,7 @@ import os
 import pty
 import re
 import signal
+import socket
 import struct
 import sys
 import termios
@@ -102,6 +103,10 @@ def outcomes(path: Path) -> Counter[str]:
 
 def line_count(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def files(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir())
 
 
 def has_journal(output: Path) -> bool:
@@ -644,20 +649,6 @@ class TestExitCodes:
         )
         assert out.read_text() == "keep me\n"
 
-    async def test_exit_2_when_the_service_rejects_the_secret(
-        self, env: dict[str, str], contacts: Path, tmp_path: Path
-    ) -> None:
-        out = tmp_path / "r.jsonl"
-        run = await dispatch_async(
-            "send", "basic", "--text", "hi", "-i", contacts, "-o", out,
-            env=env | {"DISPATCH_CLIENT_SECRET": "wrong"},
-        )  # fmt: skip
-        assert run.code == 2
-        assert run.stderr.strip().splitlines()[-1] == (
-            "Error: the service rejected the client secret (HTTP 401)"
-        )
-        assert outcomes(out) == Counter(not_sent=5)
-
     async def test_deadline_stops_the_job_and_records_every_line_read(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
@@ -696,8 +687,168 @@ class TestExitCodes:
         for run in (ok, rejected):
             assert SECRET not in run.stdout + run.stderr
             assert "another-secret-never-printed" not in run.stdout + run.stderr
-        for out in (tmp_path / "a.jsonl", tmp_path / "b.jsonl"):
-            assert SECRET not in out.read_text()
+        assert SECRET not in (tmp_path / "a.jsonl").read_text()
+        assert not (tmp_path / "b.jsonl").exists(), "a refused secret writes nothing"
+
+
+# -- credentials first -------------------------------------------------------------
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+class TestCredentialsFirst:
+    """A token is fetched before the input is read through or any file is created.
+
+    A wrong secret, a refused caller or an unreachable service ends the run with one
+    line and nothing written: the same command works once the mistake is fixed.
+    """
+
+    @staticmethod
+    def send(contacts: Path, out: Path) -> tuple[str | Path, ...]:
+        return ("send", "basic", "--text", "hi", "-i", contacts, "-o", out)
+
+    async def test_a_refused_secret_exits_2_and_the_same_command_works_once_fixed(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            *self.send(contacts, out), env=env | {"DISPATCH_CLIENT_SECRET": "wrong"}
+        )
+        assert run.code == 2
+        assert run.stderr == (
+            "Error: the service rejected the client secret (HTTP 401); "
+            "nothing was sent or written\n"
+        )
+        assert files(tmp_path) == [contacts.name], "no output, no journal"
+        assert server.stats.dispatch_calls == 0
+
+        fixed = await dispatch_async(*self.send(contacts, out), env=env)
+        assert fixed.code == 0, fixed.stderr
+        assert outcomes(out) == Counter(sent=4, invalid=1)
+
+    async def test_a_caller_the_service_refuses_exits_2_with_nothing_written(
+        self, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        async with FakeDispatchServer(client_secret=SECRET, allowed_ips=["192.0.2.1"]) as walled:
+            run = await dispatch_async(
+                *self.send(contacts, out), env=env | {"DISPATCH_BASE_URL": walled.url}
+            )
+        assert run.code == 2
+        [line] = run.stderr.splitlines()
+        assert line.startswith("Error: the service refused this caller (HTTP 403)")
+        assert line.endswith("; nothing was sent or written")
+        assert files(tmp_path) == [contacts.name]
+        assert (walled.stats.forbidden, walled.stats.dispatch_calls) == (1, 0)
+
+    async def test_an_unreachable_service_exits_1_naming_why_without_ssl_noise(
+        self, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        port = closed_port()
+        run = await dispatch_async(
+            *self.send(contacts, out), "--attempts", "1",
+            env=env | {"DISPATCH_BASE_URL": f"http://127.0.0.1:{port}"},
+        )  # fmt: skip
+        assert run.code == 1
+        assert run.stderr == (
+            f"Error: could not get an access token: could not connect to 127.0.0.1:{port}: "
+            "Connection refused; nothing was sent or written\n"
+        )
+        assert files(tmp_path) == [contacts.name]
+
+        reachable = await dispatch_async(*self.send(contacts, out), env=env)
+        assert reachable.code == 0, reachable.stderr
+
+
+# -- failures, as a person reads them ----------------------------------------------
+
+
+class TestFailuresAreToldByCause:
+    """Each cause of failure once, with its count and input lines; event lines with -v."""
+
+    async def test_each_cause_is_told_once_and_summed_up_with_its_lines(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(600))
+        out = tmp_path / "r.jsonl"
+        server.script(*[Fault.status(500)] * 4, *[Fault.status(503)] * 2)
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", source, "-o", out, "--chunk-size", "100",
+            "--concurrency", "1", "--attempts", "1", env=env,
+        )  # fmt: skip
+        assert run.code == 1
+        assert outcomes(out) == Counter(maybe_sent=400, not_sent=200)
+        assert "ChunkAnswered" not in run.stderr
+        assert "WARNING" not in run.stderr
+        told = [line for line in run.stderr.splitlines() if line.startswith(("maybe", "not"))]
+        assert told == [
+            "maybe_sent: the service answered HTTP 500: 100 rows, lines 2-101 (further rows "
+            "failing this way are counted in the summary)",
+            "not_sent: the service answered HTTP 503: 100 rows, lines 402-501 (further rows "
+            "failing this way are counted in the summary)",
+            "maybe_sent rows may have reached the service: check them before sending them "
+            "again (they may arrive twice); dispatch-async export -o "
+            f"{out} --outcome maybe_sent --to {tmp_path / 'maybe_sent.csv'} writes them out "
+            "as an input of their own",
+        ]
+        assert (
+            "  failed rows, by cause:\n"
+            "    400 maybe_sent: the service answered HTTP 500 (lines 2-401)\n"
+            "    200 not_sent: the service answered HTTP 503 (lines 402-601)\n"
+        ) in run.stderr
+
+    async def test_the_event_lines_show_with_verbose(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        server.script(Fault.status(500))
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", contacts, "-o", tmp_path / "r.jsonl",
+            "--attempts", "1", "-v", env=env,
+        )  # fmt: skip
+        assert run.code == 1
+        assert "WARNING: ChunkAnswered" in run.stderr
+        assert "maybe_sent: the service answered HTTP 500: 5 rows, lines 2-6" in run.stderr
+
+    async def test_the_progress_line_counts_sent_invalid_and_failed(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        server.script(Fault.status(503))
+        run = await dispatch_async(
+            "send", "template", "--template-id", "t", "-i", contacts, "-o", tmp_path / "r.jsonl",
+            "--chunk-size", "2", "--concurrency", "1", "--attempts", "1",
+            "--progress-every", "0", env=env,
+        )  # fmt: skip
+        assert run.code == 1
+        progress = [line for line in run.stderr.splitlines() if line.startswith("progress:")]
+        assert progress[0].startswith("progress: 2/5 lines (40%): 0 sent, 0 invalid, 2 failed")
+        assert progress[-1].startswith("progress: 5/5 lines (100%): 2 sent, 1 invalid, 2 failed")
+
+    async def test_what_the_service_said_about_a_template_it_has_not_is_shown(
+        self, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        async with FakeDispatchServer(
+            client_secret=SECRET, templates={"pix_reminder": ["pixCode"]}
+        ) as strict:
+            run = await dispatch_async(
+                "send", "template", "--template-id", "pix_remindr", "-i", contacts, "-o", out,
+                env=env | {"DISPATCH_BASE_URL": strict.url},
+            )  # fmt: skip
+        assert run.code == 1
+        said = (
+            "the service answered HTTP 400: template_id 'pix_remindr' is not a template of "
+            "this account (templates: 'pix_reminder')"
+        )
+        assert f"    5 not_sent: {said} (lines 2-6)" in run.stderr
+        assert {record["error"] for record in records(out)} == {said}
+        assert strict.stats.dispatch_calls == 0
 
 
 # -- dry run -----------------------------------------------------------------------
@@ -958,6 +1109,49 @@ class TestResume:
         assert maybe == reached - recorded_sent
         assert set(given[6 * chunk : 10 * chunk]) <= maybe, "the requests held in flight"
         assert not server.stats.duplicates
+
+
+class TestResumeCounts:
+    """One set of counts around a resume: the whole job and this run told apart."""
+
+    async def test_the_counts_add_up_and_malformed_rows_are_not_told_twice(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        lines = []
+        for index, number in enumerate(numbers(100)):
+            lines.append(f"{number},Ana")
+            if index % 8 == 3 and index < 96:
+                lines.append("not a row")  # 12 malformed rows: more than the ten named
+            if index % 25 == 10:
+                lines.append(",")  # 4 empty rows: no record
+        source = write_csv(tmp_path / "c.csv", "number,name", lines)
+        out = tmp_path / "r.jsonl"
+        args = ("send", "basic", "--text", "hi", "-i", source, "-o", out, "--chunk-size", "20")
+        args += ("--concurrency", "1", "--attempts", "1", "--progress-every", "0")
+        server.script(Fault.status(503))  # the first chunk: not_sent
+        first = await dispatch_async(*args, env=env)
+        assert first.code == 1
+        assert re.search(r"\n  total +112\n", first.stderr), first.stderr
+        assert first.stderr.count("malformed input row:") == 10
+
+        second = await dispatch_async(*args, "--resume", env=env)
+        assert second.code == 0, second.stderr
+        assert (
+            "resuming: input lines recorded by earlier runs: 112; kept and skipped: 80; "
+            "not_sent, sent again: 20; malformed, read again (a fixed row is sent): 12\n"
+        ) in second.stderr
+        assert "malformed input row:" not in second.stderr, "the notes are not repeated"
+        for outcome, this_run, whole_job in (
+            ("sent", 20, 100),
+            ("invalid", 0, 12),
+            ("not_sent", 0, 0),
+            ("total", 20, 112),
+        ):
+            assert re.search(rf"\n  {outcome} +{this_run} +{whole_job}\n", second.stderr)
+        for run in (first, second):
+            progress = [line for line in run.stderr.splitlines() if line.startswith("progress")]
+            assert progress[-1].startswith("progress: 116/116 lines (100%)"), "4 empty rows"
+        assert outcomes(out) == Counter(sent=100, invalid=12)
 
 
 # -- demo and serve ----------------------------------------------------------------

@@ -58,6 +58,12 @@ def sheets(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def local_numbers(tmp_path: Path) -> Path:
+    """An Excel pt-BR export of 50 Pix reminders: 40 numbers written as at home."""
+    return Path(shutil.copy(DATA / "pix_numeros_locais.csv", tmp_path / "pix.csv"))
+
+
+@pytest.fixture
 def tsv(tmp_path: Path) -> Path:
     return Path(shutil.copy(DATA / "contatos.tsv", tmp_path / "contatos.tsv"))
 
@@ -246,6 +252,89 @@ class TestEmptyRows:
         assert "skipped 3 empty rows" in run.stderr
         assert "line 8" not in run.stderr
         assert server.stats.recipients_received == 4
+
+
+# -- local numbers ------------------------------------------------------------------------
+
+
+class TestLocalNumbers:
+    """Numbers written as at home, ``(11) 98765-4321``: the service refuses them as written."""
+
+    ADVICE = "40 of the 40 numbers rejected look like local numbers of BR"
+
+    async def test_sent_as_written_the_summary_says_so_and_names_the_flags(
+        self, env: dict[str, str], local_numbers: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            *send_args(local_numbers, out, "--number-column", "Telefone"), env=env
+        )
+        assert run.code == 0, "rejected numbers are an outcome, not a failure, by default"
+        assert outcomes(out) == Counter(sent=10, invalid=40)
+        assert self.ADVICE in run.stderr
+        assert "--prevalidate --region BR sends them in E.164" in run.stderr
+        assert f"dispatch-async export -o {out} --outcome invalid" in run.stderr
+        for number in ("(11) 98001-2001", "11 98001-2001"):
+            assert number not in run.stderr, "phone numbers stay out of the terminal"
+
+    async def test_with_the_flags_every_row_is_sent_in_e164(
+        self, server: FakeDispatchServer, env: dict[str, str], local_numbers: Path,
+        tmp_path: Path,
+    ) -> None:  # fmt: skip
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            *send_args(local_numbers, out, "--number-column", "Telefone", "--prevalidate"),
+            env=env | {"DISPATCH_REGION": "BR"},
+        )
+        assert run.code == 0, run.stderr
+        assert outcomes(out) == Counter(sent=50)
+        assert all(number.startswith("+55") for number in server.stats.received)
+        assert "look like local numbers" not in run.stderr
+
+    async def test_dispatch_region_is_the_region_named(
+        self, env: dict[str, str], local_numbers: Path, tmp_path: Path
+    ) -> None:
+        """With the region already set, the advice names only the flag still missing."""
+        run = await dispatch_async(
+            *send_args(local_numbers, tmp_path / "r.jsonl", "--number-column", "Telefone"),
+            env=env | {"DISPATCH_REGION": "BR"},
+        )
+        assert self.ADVICE in run.stderr
+        assert ": --prevalidate sends them in E.164" in run.stderr
+
+        prevalidated = await dispatch_async(
+            *send_args(local_numbers, tmp_path / "p.jsonl", "--number-column", "Telefone"),
+            "--prevalidate", env=env,
+        )  # fmt: skip
+        assert outcomes(tmp_path / "p.jsonl") == Counter(sent=10, invalid=40)
+        assert ": --region BR sends them in E.164" in prevalidated.stderr
+
+    async def test_numbers_that_are_not_phone_numbers_get_no_such_advice(
+        self, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", ["12345", "0800", *numbers(2)])
+        run = await dispatch_async(*send_args(source, tmp_path / "r.jsonl"), env=env)
+        assert run.code == 0, run.stderr
+        assert outcomes(tmp_path / "r.jsonl") == Counter(sent=2, invalid=2)
+        assert "look like local numbers" not in run.stderr
+
+    async def test_max_invalid_makes_too_many_rejected_exit_1(
+        self, env: dict[str, str], local_numbers: Path, tmp_path: Path
+    ) -> None:
+        args = ("--number-column", "Telefone", "--max-invalid")
+        over = await dispatch_async(
+            *send_args(local_numbers, tmp_path / "a.jsonl", *args, "50"), env=env
+        )
+        assert over.code == 1
+        assert over.stderr.strip().splitlines()[-1] == (
+            "too many rejected: 40 of the job's 50 lines are invalid (80.0%, over "
+            "--max-invalid 50%)"
+        )
+        under = await dispatch_async(
+            *send_args(local_numbers, tmp_path / "b.jsonl", *args, "80"), env=env
+        )
+        assert under.code == 0, under.stderr
+        assert "too many rejected" not in under.stderr
 
 
 # -- resume without retyping -----------------------------------------------------------

@@ -364,7 +364,15 @@ def _send(target: Target | None, options: dict[str, Any]) -> None:
         _exit(lambda: asyncio.run(run_send(spec)))
 
 
-_NOT_QUEUED = ("resume", "resend_maybe_sent", "dedupe", "prevalidate", "deadline", "dry_run")
+_NOT_QUEUED = (
+    "resume",
+    "resend_maybe_sent",
+    "dedupe",
+    "prevalidate",
+    "deadline",
+    "dry_run",
+    "max_invalid",
+)
 
 
 def _enqueue(target: Target, options: dict[str, Any]) -> None:
@@ -410,6 +418,7 @@ def _spec(target: Target, options: dict[str, Any]) -> JobSpec:
         ),
         resume=options["resume"],
         resend_maybe_sent=options["resend_maybe_sent"],
+        max_invalid=options["max_invalid"],
         display=Display(
             title=f"dispatch-async send {target.endpoint}",
             quiet=options["quiet"],

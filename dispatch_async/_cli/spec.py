@@ -261,6 +261,8 @@ class JobSpec:
     display: Display = Display()
     #: What the journal of a new job stores, for ``--resume`` without flags.
     job_options: dict[str, Any] | None = None
+    #: ``--max-invalid``: the percent of the job's lines above which invalid ones fail it.
+    max_invalid: float | None = None
 
 
 def dedupe_key(settings: SendSettings) -> Callable[[str], str] | None:

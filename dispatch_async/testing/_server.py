@@ -14,7 +14,7 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from ._contract import ENDPOINTS, FieldError, dispatch_answer, parse_dispatch
+from ._contract import ENDPOINTS, FieldError, check_template, dispatch_answer, parse_dispatch
 from ._faults import Fault, FaultKind, FaultSchedule
 from ._ids import IdFactory
 from ._rate import AccountRateLimit
@@ -80,7 +80,8 @@ class FakeDispatchServer:
     unknown, expired or revoked token); 400 ``invalid_auth_type`` (X-Auth-Type other than
     JWT); 415 (body not declared JSON); 400 ``invalid_json``, ``invalid_body``,
     ``unknown_field``, ``missing_field`` or ``invalid_field``, as ``{"error", "message",
-    "field"}``. A refused request is neither acted on nor consumes a fault.
+    "field"}``; with ``templates`` as a mapping, ``unknown_template`` or ``missing_var``
+    too. A refused request is neither acted on nor consumes a fault.
 
     Args:
         client_secret: the secret the token endpoint accepts.
@@ -97,7 +98,13 @@ class FakeDispatchServer:
         random_retry_after: the ``Retry-After`` sent with random 429s.
         fast_ids: number the message ids instead of drawing them (benchmarks).
         max_body_bytes: largest request body accepted (413 beyond).
-        templates: what the templates listing returns.
+        templates: what the templates listing returns (a sequence of objects); or, as a
+            mapping of template id to the vars it needs (``{"pix_reminder": ["pixCode"]}``),
+            the account's only templates: a dispatch naming another ``template_id``, or
+            with a recipient missing one of its vars, gets 400 ``unknown_template`` or
+            ``missing_var`` (the simulator's choice: the API documentation shows
+            neither), and the listing is derived from it. Not enforced by default: any
+            template, any vars.
         jwt_tokens: issue signed JWTs with ``iat`` and ``exp`` claims (as the real service
             is inferred to, from its ``X-Auth-Type: JWT``) instead of opaque tokens.
         token_body: what the token endpoint reads: ``"form"`` (the API documentation's
@@ -134,7 +141,7 @@ class FakeDispatchServer:
         random_retry_after: str = "0",
         fast_ids: bool = False,
         max_body_bytes: int = 64 * 1024 * 1024,
-        templates: Sequence[Mapping[str, str]] = DEFAULT_TEMPLATES,
+        templates: Sequence[Mapping[str, str]] | Mapping[str, Sequence[str]] = DEFAULT_TEMPLATES,
         rate_limit: float | None = None,
         jwt_tokens: bool = False,
         token_body: Literal["form", "json", "any"] = "form",  # noqa: S107 - not a secret
@@ -153,7 +160,14 @@ class FakeDispatchServer:
         self.token_lifetime = token_lifetime
         self.expires_in = expires_in
         self.latency = latency
-        self.templates: list[Mapping[str, str]] = list(templates)
+        #: The templates a dispatch may name, with the vars each needs; None: any.
+        self.template_vars: dict[str, tuple[str, ...]] | None = None
+        self.templates: list[Mapping[str, object]] = []
+        if isinstance(templates, Mapping):
+            self.template_vars = _template_vars(templates)
+            self.templates = [_listed(name, vars_) for name, vars_ in self.template_vars.items()]
+        else:
+            self.templates = list(templates)
         self.stats = ServerStats()
         self._host = host
         self._port = port
@@ -549,6 +563,8 @@ class FakeDispatchServer:
             return _json(400, {"error": "invalid_json", "message": str(exc)})
         try:
             numbers = parse_dispatch(endpoint, body)
+            if self.template_vars is not None:
+                check_template(body, self.template_vars)
         except FieldError as exc:
             return _json(400, exc.to_json())
         wait = self._limit.take(body["account"])
@@ -619,6 +635,25 @@ class FakeDispatchServer:
             except TimeoutError:
                 return
         raise _drop(request)
+
+
+def _template_vars(templates: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+    checked = {}
+    for name, needs in templates.items():
+        if not isinstance(name, str) or isinstance(needs, str | bytes):
+            raise TypeError(
+                "templates as a mapping is {template_id: [var, ...]}, e.g. "
+                f'{{"pix_reminder": ["pixCode"]}}; got {name!r}: {needs!r}'
+            )
+        checked[name] = tuple(needs)
+        if not all(isinstance(var, str) for var in checked[name]):
+            raise TypeError(f"the vars of template {name!r} must be strings: {needs!r}")
+    return checked
+
+
+def _listed(name: str, needs: tuple[str, ...]) -> dict[str, object]:
+    """A template's entry in the listing, when only its id and vars are given."""
+    return {"id": name, "name": name, "channel": "rcs", "vars": list(needs)}
 
 
 def _no_sessions(count: int) -> list[str | None]:
