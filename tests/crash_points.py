@@ -45,6 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ROWS, CHUNK = 360, 10
 MODES = (*KILLS, *FAULTS)
 RUN_TIMEOUT = 60.0
+#: Where the files of a failing scenario are kept (its runs' stderr and traces included).
+KEPT = Path(tempfile.gettempdir()) / "crash-points-failed"
 _RANGE = re.compile(rb"^(\d+)-(\d+)")
 
 
@@ -284,8 +286,16 @@ class Explorer:
         verdict = _check_files(space, received, covered)
         return attrs.evolve(verdict, scenario=scenario, point=point, broke=verdict.broke or broke)
 
-    def shutil_cleanup(self, scenario: Scenario) -> None:
-        shutil.rmtree(self.base / scenario.name.replace(":", "-"), ignore_errors=True)
+    def settle(self, verdict: Verdict) -> Verdict:
+        """Delete a scenario's files; keep those of a failure, and say where."""
+        here = self.base / verdict.scenario.name.replace(":", "-")
+        if not verdict.broke:
+            shutil.rmtree(here, ignore_errors=True)
+            return verdict
+        kept = KEPT / here.name
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(here, kept)
+        return attrs.evolve(verdict, broke=f"{verdict.broke} (files in {kept})")
 
 
 def _last(text: str) -> str:
@@ -419,10 +429,7 @@ async def _explore_all(explorer: Explorer, todo: list[Scenario], deadline: float
     async def worker() -> None:
         while queue and time.monotonic() < deadline:
             scenario = queue.pop()
-            verdict = await explorer.explore(scenario)
-            verdicts.append(verdict)
-            if not verdict.broke:
-                explorer.shutil_cleanup(scenario)
+            verdicts.append(explorer.settle(await explorer.explore(scenario)))
 
     await asyncio.gather(*(worker() for _ in range(explorer.workers)))
     return sorted(verdicts, key=lambda v: (v.scenario.phase, v.scenario.k, v.scenario.mode))
