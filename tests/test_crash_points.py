@@ -52,8 +52,8 @@ class TestDefectsTheExplorerFound:
         assert code == 0, "\n".join(lines)
 
     async def test_a_disk_failing_as_the_job_starts_exits_1_not_2(self) -> None:
-        # Before: "cannot use ...: No space left on device" with exit 2, a usage error.
-        code, lines = await explore(only=["1:1:short", "2:5:enospc"])
+        # Before: "cannot use (or read) ...: No space left on device", exit 2 (usage).
+        code, lines = await explore(only=["1:1:short", "2:5:enospc", "2:1:eio"])
         assert code == 0, "\n".join(lines)
 
     async def test_a_directory_that_cannot_be_synced_is_a_write_error_not_ignored(self) -> None:
