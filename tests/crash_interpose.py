@@ -23,7 +23,8 @@ What happens at the k-th point (``mode``):
                   fsync; a file never fsynced is empty), then SIGKILL.
 ``enospc``/``eio`` the call fails with that errno (once; later calls succeed).
 ``short``         a write writes half its bytes and returns that count; the disk is then
-                  full (every later write fails with ENOSPC). Only write points count.
+                  full (every later write fails with ENOSPC). Only writes count: k is
+                  the k-th write.
 """
 
 from __future__ import annotations
@@ -209,7 +210,8 @@ class Interposer:
                 return write(self.fileno(), data)
 
             def close(self) -> None:
-                me.fds.discard(self.fileno()) if not self.closed else None
+                if not self.closed:
+                    me.fds.discard(self.fileno())
                 super().close()
 
         def traced_open(file: Any, mode: str = "r", *args: Any, **kw: Any) -> Any:
