@@ -1222,6 +1222,8 @@ class TestPublicSurface:
         exported = dispatch_async.testing.__all__
         assert exported == sorted(exported)
         assert set(exported) == {
+            "DEFAULT_RECORDED_BODY_BYTES",
+            "DEFAULT_RECORDED_REQUESTS",
             "DEFAULT_TEMPLATES",
             "FakeClock",
             "FakeDispatchServer",

@@ -25,7 +25,7 @@ import click
 from click.core import ParameterSource
 
 from .journal import journal_path, stored_options
-from .spec import Problem, Target
+from .spec import DISK_ERRORS, FAILED, USAGE, Problem, Target
 
 __all__ = ["job_options", "resumed", "stored_job"]
 
@@ -89,7 +89,8 @@ def resumed(
             f"file with: dispatch-async export -o {output} --input FILE"
         ) from None
     except OSError as exc:
-        raise Problem(f"cannot read {journal}: {exc.strerror}") from None
+        code = FAILED if exc.errno in DISK_ERRORS else USAGE
+        raise Problem(f"cannot read {journal}: {exc.strerror}", code) from None
     if stored is None:
         if target is not None:
             return target, options

@@ -125,7 +125,13 @@ class SendJob:
         The fsync runs in a thread: requests already in flight are answered meanwhile.
         """
         rows = list(map(self._fed.__getitem__, positions))
-        await asyncio.to_thread(self._files.cover, rows)
+        try:
+            await asyncio.to_thread(self._files.cover, rows)
+        except OSError as exc:
+            # The SDK reports only that the hook failed: say which file, and why.
+            where = self._files.journal
+            self._failure = Problem(f"cannot write {where}: {exc.strerror or exc}", FAILED)
+            raise
         self._announced[positions.start] = positions
 
     def _settle(self, batch: Reading) -> None:
