@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import aioresponses.core
+import hypothesis
 import pytest
 from aiohttp import ClientResponse
 
@@ -19,6 +20,11 @@ SECRET = "test-secret"
 #: A bound on a wait that only a hang reaches, however loaded the machine: tests check
 #: what happened (an outcome), and use this, never a sub-second stopwatch, to fail a hang.
 HANG = 30.0
+
+# Hypothesis' per-example deadline (200 ms) times the machine, not the code: under coverage,
+# mutation testing or a loaded host an example takes longer, and fails for nothing.
+hypothesis.settings.register_profile("dispatch", deadline=None)
+hypothesis.settings.load_profile("dispatch")
 TEMPLATE = {"template_id": "pix_reminder"}
 
 

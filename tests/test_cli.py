@@ -792,9 +792,9 @@ class TestResume:
         )
         assert line_count(out) < total, "killed mid-way, not after the end"
 
-        resumed = await dispatch_async(*args, env=env, kill_after=60)
+        resumed = await dispatch_async(*args, env=env)
         assert resumed.code == 2, "the output exists: resuming needs --resume"
-        resumed = await dispatch_async(*args, "--resume", env=env, kill_after=60)
+        resumed = await dispatch_async(*args, "--resume", env=env)
         assert resumed.code == 1, resumed.stderr  # the lines in flight stay maybe_sent
 
         found = by_line(out)
@@ -835,7 +835,7 @@ class TestResume:
         reached = {m["number"] for body in dispatched(server) for m in body["messages"]}
         assert len(reached) == 10 * chunk, "chunks 0 to 9, and no other"
 
-        resumed = await dispatch_async(*args, "--resume", env=env, kill_after=60)
+        resumed = await dispatch_async(*args, "--resume", env=env)
         assert resumed.code == 1, resumed.stderr
         found = by_line(out)
         assert sorted(found) == list(range(2, total + 2))
@@ -859,7 +859,7 @@ class TestDemo:
         # The demo's contacts go to a new temporary directory: keep it in tmp_path.
         run = await dispatch_async(
             "demo", "-o", out, "--recipients", str(recipients),
-            env=bare | {"TMPDIR": str(tmp_path)}, kill_after=60,
+            env=bare | {"TMPDIR": str(tmp_path)},
         )  # fmt: skip
         assert run.code == 0, run.stderr
         assert "dispatch-async demo: done in" in run.stderr
