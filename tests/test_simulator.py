@@ -1016,7 +1016,7 @@ class TestStandalone:
         )
         try:
             assert process.stdout is not None
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(HANG):
                 url = (await process.stdout.readline()).decode().strip()
             assert url.startswith("http://127.0.0.1:")
             token_form = {"grant_type": "client_credentials", "client_secret": "test-secret"}
@@ -1026,7 +1026,7 @@ class TestStandalone:
                 assert resp.status == 503
         finally:
             process.send_signal(signal.SIGTERM)
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(HANG):
                 await process.communicate()
         assert process.returncode == 0
 
