@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.default_venv_backend = "venv"
@@ -11,9 +13,26 @@ nox.options.reuse_existing_virtualenvs = True
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite; arguments after -- go to pytest."""
+    """Run the test suite under branch coverage; arguments after -- go to pytest.
+
+    The whole suite must cover at least [tool.coverage.report] fail_under of the package
+    (the commands the tests start included); a selection (-- -k token) only reports it."""
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    session.run("coverage", "erase")
+    session.run("coverage", "run", "-m", "pytest", *session.posargs)
+    session.run("coverage", "combine", "--quiet")
+    session.run("coverage", "report", *(["--fail-under=0"] if session.posargs else []))
+
+
+@nox.session
+def mutation(session: nox.Session) -> None:
+    """Mutation testing of the core modules ([tool.mutmut] in pyproject.toml), niced, two
+    workers; prints the score per module. Not in CI (see docs/guides/testing.md for its
+    time). Arguments after -- select mutants: `-- "dispatch_async._retry*"`."""
+    session.install("-e", ".[test]", "mutmut>=3.8,<3.9")
+    os.nice(19)  # inherited by every process it starts: the machine is shared
+    session.run("mutmut", "run", "--max-children", "2", *session.posargs)
+    session.run("python", "tools/mutation_score.py")
 
 
 @nox.session

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aioresponses.core
+import hypothesis
 import pytest
 from aiohttp import ClientResponse
 
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer
+from tests.cli_helpers import write_csv
 
 SECRET = "test-secret"
+#: A bound on a wait that only a hang reaches, however loaded the machine: tests check
+#: what happened (an outcome), and use this, never a sub-second stopwatch, to fail a hang.
+HANG = 30.0
+
+# Hypothesis' per-example deadline (200 ms) times the machine, not the code: under coverage,
+# mutation testing or a loaded host an example takes longer, and fails for nothing.
+hypothesis.settings.register_profile("dispatch", deadline=None)
+hypothesis.settings.load_profile("dispatch")
 TEMPLATE = {"template_id": "pix_reminder"}
 
 
@@ -62,3 +74,24 @@ async def session(
         server.url, client_secret=SECRET, account="acme", retry=no_waits
     ) as s:
         yield s
+
+
+# -- the command line (tests/cli_helpers.py runs it) ---------------------------------
+
+
+@pytest.fixture
+def env(server: FakeDispatchServer) -> dict[str, str]:
+    """The environment of a configured user: DISPATCH_* pointing at the simulator."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+    return clean | {
+        "DISPATCH_BASE_URL": server.url,
+        "DISPATCH_CLIENT_SECRET": SECRET,
+        "DISPATCH_ACCOUNT": "acme",
+    }
+
+
+@pytest.fixture
+def contacts(tmp_path: Path) -> Path:
+    """A small CSV: a number column and two vars, one invalid number."""
+    rows = [f"{n},Ana,PIX{i}" for i, n in enumerate(numbers(4))] + ["12345,Bia,PIX9"]
+    return write_csv(tmp_path / "contacts.csv", "number,name,pixCode", rows)

@@ -13,8 +13,8 @@ from dispatch_async._adaptive import Aimd, RateState
 from dispatch_async._throttle import Throttle
 from dispatch_async.instrumentation import Event, RateChanged
 from dispatch_async.testing import FakeClock, FakeDispatchServer
+from tests.cli_helpers import dispatch_async, records, write_csv
 from tests.conftest import SECRET, numbers
-from tests.test_cli import dispatch_async, records, write_csv
 
 
 def grown(aimd: Aimd, state: RateState, seconds: float) -> RateState:

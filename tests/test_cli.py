@@ -16,10 +16,9 @@ import re
 import signal
 import socket
 import struct
-import sys
 import termios
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,123 +28,23 @@ import pytest
 
 from dispatch_async import DispatchSession, RateLimitedError, RetryPolicy
 from dispatch_async.testing import FakeDispatchServer, Fault
+from tests.cli_helpers import (
+    COMMAND,
+    by_line,
+    dispatch_async,
+    files,
+    has_journal,
+    killed_with_a_request_in_flight,
+    line_count,
+    outcomes,
+    records,
+    wait_for_records,
+    write_csv,
+    write_jsonl,
+)
+from tests.conftest import SECRET, numbers
 
-SECRET = "cli-test-secret-never-printed"
-COMMAND = (sys.executable, "-m", "dispatch_async._cli")
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-# -- helpers -----------------------------------------------------------------------
-
-
-@attrs.frozen
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-
-async def dispatch_async(
-    *args: str | Path,
-    env: Mapping[str, str],
-    stdin: bytes | None = None,
-    kill_after: float = 30.0,
-) -> Run:
-    """Run the command to its end; kill it if it is still running after *kill_after* s."""
-    process = await asyncio.create_subprocess_exec(
-        *COMMAND,
-        *map(str, args),
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(env),
-    )
-    try:
-        async with asyncio.timeout(kill_after):
-            out, err = await process.communicate(stdin)
-    except TimeoutError:
-        process.kill()
-        await process.communicate()
-        raise
-    assert process.returncode is not None
-    return Run(process.returncode, out.decode(), err.decode())
-
-
-def numbers(count: int, start: int = 0) -> list[str]:
-    return [f"+55119{i:08d}" for i in range(start, start + count)]
-
-
-def write_csv(path: Path, header: str, lines: Iterable[str]) -> Path:
-    path.write_text(header + "\n" + "".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
-
-
-def write_jsonl(path: Path, items: Iterable[object]) -> Path:
-    path.write_text("".join(json.dumps(item) + "\n" for item in items), encoding="utf-8")
-    return path
-
-
-def records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def by_line(path: Path) -> dict[int, dict[str, Any]]:
-    """The output's records by input line, checking that no line has two."""
-    found = records(path)
-    lines = Counter(record["line"] for record in found)
-    assert max(lines.values(), default=1) == 1, "a line was recorded twice"
-    return {record["line"]: record for record in found}
-
-
-def outcomes(path: Path) -> Counter[str]:
-    return Counter(record["outcome"] for record in records(path))
-
-
-def line_count(path: Path) -> int:
-    return path.read_bytes().count(b"\n") if path.exists() else 0
-
-
-def files(directory: Path) -> list[str]:
-    return sorted(path.name for path in directory.iterdir())
-
-
-def has_journal(output: Path) -> bool:
-    return Path(f"{output}.pending").exists()
-
-
-async def wait_for_records(path: Path, count: int, process: asyncio.subprocess.Process) -> None:
-    """Poll the output until it has *count* records (bounded: fail rather than hang)."""
-    async with asyncio.timeout(20):
-        while line_count(path) < count:
-            assert process.returncode is None, "the job ended before it could be stopped"
-            await asyncio.sleep(0.01)
-
-
-# -- fixtures ----------------------------------------------------------------------
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[FakeDispatchServer]:
-    async with FakeDispatchServer(client_secret=SECRET) as fake:
-        yield fake
-
-
-@pytest.fixture
-def env(server: FakeDispatchServer) -> dict[str, str]:
-    """The environment of a configured user: DISPATCH_* pointing at the simulator."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
-    return clean | {
-        "DISPATCH_BASE_URL": server.url,
-        "DISPATCH_CLIENT_SECRET": SECRET,
-        "DISPATCH_ACCOUNT": "acme",
-    }
-
-
-@pytest.fixture
-def contacts(tmp_path: Path) -> Path:
-    """A small CSV: a number column and two vars, one invalid number."""
-    rows = [f"{n},Ana,PIX{i}" for i, n in enumerate(numbers(4))] + ["12345,Bia,PIX9"]
-    return write_csv(tmp_path / "contacts.csv", "number,name,pixCode", rows)
 
 
 # -- input -------------------------------------------------------------------------
@@ -1036,24 +935,14 @@ class TestResume:
         source = write_csv(tmp_path / "c.csv", "number,name", [f"{n},Ana" for n in numbers(total)])
         out = tmp_path / "r.jsonl"
         args = ("send", "template", "--template-id", "t", "-i", source, "-o", out, "--quiet")
-        server.latency = 0.02  # requests are in flight when the kill lands
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, *map(str, args), "--chunk-size", "500", "--concurrency", "4",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
-        )  # fmt: skip
-        await wait_for_records(out, 2000, process)
-        # Hold the next requests, so that some are certainly in flight when the kill lands.
-        server.latency = 3600
-        await server.wait_until(lambda: server.in_flight > 0, timeout=60)
-        process.kill()
-        await process.wait()
-        assert process.returncode == -signal.SIGKILL
+        await killed_with_a_request_in_flight(
+            server, env, *args, "--chunk-size", "500", "--concurrency", "4", records=2000
+        )
         assert line_count(out) < total, "killed mid-way, not after the end"
 
-        server.latency = 0
-        resumed = await dispatch_async(*args, env=env, kill_after=60)
+        resumed = await dispatch_async(*args, env=env)
         assert resumed.code == 2, "the output exists: resuming needs --resume"
-        resumed = await dispatch_async(*args, "--resume", env=env, kill_after=60)
+        resumed = await dispatch_async(*args, "--resume", env=env)
         assert resumed.code == 1, resumed.stderr  # the lines in flight stay maybe_sent
 
         found = by_line(out)
@@ -1082,17 +971,11 @@ class TestResume:
         # SDK has read chunks ahead of them that it never started.
         for index in range(6, 6 + concurrency):
             server.script_for(given[index * chunk], Fault.hang())
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, *map(str, args), "--chunk-size", str(chunk),
-            "--concurrency", str(concurrency),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        await killed_with_a_request_in_flight(
+            server, env, *args, "--chunk-size", str(chunk), "--concurrency", str(concurrency),
+            hold=False,
+            until=lambda: server.in_flight == concurrency and server.pending_faults == 0,
         )  # fmt: skip
-        await server.wait_until(
-            lambda: server.in_flight == concurrency and server.pending_faults == 0, timeout=60
-        )
-        process.kill()
-        await process.wait()
-        assert process.returncode == -signal.SIGKILL
         # What the killed run wrote, bar a line the kill may have cut short.
         lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
         written = [json.loads(line) for line in lines if line.endswith("\n")]
@@ -1100,7 +983,7 @@ class TestResume:
         reached = {m["number"] for body in dispatched(server) for m in body["messages"]}
         assert len(reached) == 10 * chunk, "chunks 0 to 9, and no other"
 
-        resumed = await dispatch_async(*args, "--resume", env=env, kill_after=60)
+        resumed = await dispatch_async(*args, "--resume", env=env)
         assert resumed.code == 1, resumed.stderr
         found = by_line(out)
         assert sorted(found) == list(range(2, total + 2))
@@ -1167,7 +1050,7 @@ class TestDemo:
         # The demo's contacts go to a new temporary directory: keep it in tmp_path.
         run = await dispatch_async(
             "demo", "-o", out, "--recipients", str(recipients),
-            env=bare | {"TMPDIR": str(tmp_path)}, kill_after=60,
+            env=bare | {"TMPDIR": str(tmp_path)},
         )  # fmt: skip
         assert run.code == 0, run.stderr
         assert "dispatch-async demo: done in" in run.stderr

@@ -256,6 +256,14 @@ class TestRetryAfterOfARealRequest:
         [waited], _ = await one_retry_after(server, when, da.RetryPolicy())
         assert 58 < waited <= 60  # the date has whole seconds; a moment has passed
 
+    async def test_a_date_ahead_without_a_zone_is_taken_as_utc(
+        self, server: FakeDispatchServer
+    ) -> None:
+        ahead = datetime.now(UTC) + timedelta(seconds=60)
+        when = ahead.strftime("%a, %d %b %Y %H:%M:%S -0000")  # -0000: "zone unknown"
+        [waited], _ = await one_retry_after(server, when, da.RetryPolicy())
+        assert 58 < waited <= 60
+
     @pytest.mark.parametrize(
         "retry_after",
         [http_date(datetime.now(UTC) - timedelta(hours=1)), "Wed, 21 Oct 2015 07:28:00 GMT", "0"],

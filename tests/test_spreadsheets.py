@@ -18,21 +18,18 @@ from pathlib import Path
 import pytest
 
 from dispatch_async.testing import FakeDispatchServer, Fault
-from tests import test_cli
-from tests.test_cli import (
+from tests.cli_helpers import (
     COMMAND,
     by_line,
     dispatch_async,
     has_journal,
-    numbers,
+    killed_with_a_request_in_flight,
     outcomes,
     records,
     wait_for_records,
     write_csv,
 )
-
-server = test_cli.server
-env = test_cli.env
+from tests.conftest import numbers
 
 DATA = Path(__file__).parent / "data" / "spreadsheets"
 
@@ -417,21 +414,12 @@ class TestResumeWithoutFlags:
         source = tmp_path / "contatos.csv"
         expected = excel_export(source, 20_000)
         out = tmp_path / "r.jsonl"
-        server.latency = 0.02  # requests are in flight when the kill lands
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, "send", "template", "--template-id", "pix", "-i", str(source),
-            "-o", str(out), "--number-column", "TELEFONE", "--chunk-size", "500",
-            "--concurrency", "4", "-q",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        await killed_with_a_request_in_flight(
+            server, env,
+            "send", "template", "--template-id", "pix", "-i", source, "-o", out,
+            "--number-column", "TELEFONE", "--chunk-size", "500", "--concurrency", "4", "-q",
+            records=2000,
         )  # fmt: skip
-        await wait_for_records(out, 2000, process)
-        # Hold the next requests, so that some are certainly in flight when the kill lands.
-        server.latency = 3600
-        await server.wait_until(lambda: server.in_flight > 0, timeout=60)
-        process.kill()
-        await process.wait()
-        assert process.returncode == -signal.SIGKILL
-        server.latency = 0
 
         resumed = await dispatch_async("send", "--resume", "-o", out, "-q", env=env)
         assert resumed.code == 1, resumed.stderr  # the lines in flight stay maybe_sent
