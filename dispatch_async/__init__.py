@@ -6,6 +6,7 @@ Start with ``DispatchSession`` (``DispatchClient`` from synchronous code);
 
 from ._batch import BatchOptions, BatchSettings
 from ._blocking import DispatchClient
+from ._e164 import to_e164
 from ._exceptions import (
     AuthenticationError,
     CallbackError,
@@ -49,7 +50,6 @@ from ._redis_rate_limiter import RedisRateLimiter
 from ._redis_token_store import RedisTokenStore
 from ._retry import RetryPolicy
 from ._screen import DUPLICATE as DUPLICATE_REASON
-from ._screen import to_e164
 from ._session import DispatchSession
 from ._version import __version__
 

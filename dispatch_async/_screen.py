@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from ._exceptions import ConfigurationError
+from ._e164 import to_e164
 from ._recipients import Chunk
 from ._wire import encodable
 
@@ -19,36 +19,12 @@ __all__ = [
     "LOCALLY_INVALID",
     "UNENCODABLE",
     "Screen",
-    "to_e164",
     "without_unencodable",
 ]
 
 DUPLICATE = "duplicate"
 LOCALLY_INVALID = "number must be a valid phone number (checked locally)"
 UNENCODABLE = "text that is not valid UTF-8 (a lone surrogate): it cannot be sent"
-
-
-def to_e164(number: str, region: str | None = None) -> str | None:
-    """*number* in E.164 (``+5511987654321``) if it is a valid phone number, else None.
-
-    *region* (``"BR"``) is the country assumed for a number written without ``+``. This is
-    what ``prevalidate`` sends, and what ``dedupe`` compares with it; it needs the
-    ``phonenumbers`` extra.
-    """
-    try:
-        import phonenumbers
-    except ImportError:  # pragma: no cover - depends on the installed extras
-        raise ConfigurationError(
-            "checking phone numbers needs the phonenumbers extra: "
-            'pip install "dispatch-async[phonenumbers]"'
-        ) from None
-    try:
-        parsed = phonenumbers.parse(number, region)
-    except phonenumbers.NumberParseException:
-        return None
-    if not phonenumbers.is_valid_number(parsed):
-        return None
-    return str(phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164))
 
 
 class Screen:
