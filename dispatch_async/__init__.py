@@ -9,6 +9,7 @@ Start with ``DispatchSession`` (``DispatchClient`` from synchronous code);
 from ._batch import BatchOptions, BatchSettings
 from ._blocking import DispatchClient
 from ._clock import MONOTONIC, Clock
+from ._e164 import to_e164
 from ._endpoints import BASIC_TEXT_MAX_BYTES, basic_text_warning
 from ._exceptions import (
     AuthenticationError,
@@ -54,7 +55,6 @@ from ._redis_rate_limiter import RedisRateLimiter
 from ._redis_token_store import RedisTokenStore
 from ._retry import RetryPolicy
 from ._screen import DUPLICATE as DUPLICATE_REASON
-from ._screen import to_e164
 from ._session import DispatchSession
 from ._version import __version__
 

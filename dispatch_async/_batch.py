@@ -164,7 +164,7 @@ class Batcher:
             while True:
                 expired = deadline_at is not None and loop.time() >= deadline_at
                 while queued and len(running) < settings.max_concurrency and not (stop or expired):
-                    chunk = self._screen.apply(queued.popleft())
+                    chunk = await self._screen.apply(queued.popleft())
                     flight = Flight(self._announcer(chunk.positions))
                     task = loop.create_task(self._send(chunk, flight))
                     running[task] = (chunk, flight)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,6 +33,37 @@ TEMPLATE = {"template_id": "pix_reminder"}
 def numbers(count: int, start: int = 0) -> list[str]:
     """Distinct numbers both the simulator and phonenumbers accept (Sao Paulo mobiles)."""
     return [f"+55119{i:08d}" for i in range(start, start + count)]
+
+
+def spreadsheet_numbers(count: int) -> list[str]:
+    """Distinct local Brazilian numbers as a spreadsheet holds them; every tenth is "123"."""
+    return [
+        "123" if i % 10 == 9 else f"(11) 9{i // 10_000:04d}-{i % 10_000:04d}" for i in range(count)
+    ]
+
+
+@contextlib.asynccontextmanager
+async def loop_turns() -> AsyncIterator[list[int]]:
+    """How often the event loop let another task run, so far: ``[count]``.
+
+    A task that counts and yields at once; it runs again whenever the loop gets a turn,
+    so a stretch of code that never yields leaves the count where it was.
+    """
+    count = [0]
+
+    async def turn() -> None:
+        while True:
+            count[0] += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(turn())
+    await asyncio.sleep(0)
+    try:
+        yield count
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def session_for(server: FakeDispatchServer, **settings: Any) -> da.DispatchSession:
