@@ -39,6 +39,7 @@ from ._exceptions import (
     TransportError,
     UnauthorizedError,
 )
+from ._fleet import DEFAULT_KEY_PREFIX, RedisRateLimiter, RedisTokenStore
 from ._models import (
     DispatchResult,
     FailedRecipient,
@@ -50,9 +51,6 @@ from ._models import (
     ValidMessages,
 )
 from ._plan import PlannedChunk, plan
-from ._redis import DEFAULT_KEY_PREFIX
-from ._redis_rate_limiter import RedisRateLimiter
-from ._redis_token_store import RedisTokenStore
 from ._retry import RetryPolicy
 from ._screen import DUPLICATE as DUPLICATE_REASON
 from ._session import DispatchSession

@@ -1,10 +1,10 @@
-"""When to try a request again, and how long to wait: the only module that uses backoff.
+"""When to try a request again, and how long to wait.
 
 Only what the service certainly did not act on is retried by default: a connection
 that was never made, a 429 and a 503. A 401 is not handled here (the session refreshes
-the token and re-sends once). Swapping backoff for another library touches this file:
-the waits are the policy's (`RetryPolicy.wait_before`), spent on its clock; backoff only
-counts the tries.
+the token and re-sends once). The loop is our own, not a retry library's: the waits are
+the policy's (`RetryPolicy.wait_before`), measured and spent on its clock, so all a
+library would do is count the tries (docs/guides/retries.md says why none is used).
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import random
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import attrs
-import backoff
 
 from ._clock import MONOTONIC, Clock
 from ._exceptions import ConnectError, DispatchError, StatusError, TokenUnavailableError
@@ -116,54 +115,31 @@ async def retrying(
     The last error is raised as it is. *on_retry* hears of each retry and its wait.
     """
     decide = should_retry or policy.should_retry
-    # Most requests succeed first time: only a retryable failure pays for backoff's
-    # machinery (building its decorator costs more than sending a small chunk's body).
     try:
         return await attempt()
     except DispatchError as error:
         if policy.attempts < 2 or not decide(error):
             raise
-        first_failure = error
+        failure = error
     clock = policy.clock
     started = clock.now()
-
-    def give_up(error: BaseException) -> bool:
-        return not decide(error) or clock.now() - started >= policy.max_time
-
-    # backoff only counts the tries: it is told to wait 0, and the wait is spent here,
-    # on the policy's clock, never past max_time.
-    async def wait_out(details: Any) -> None:
-        error, tries = details["exception"], details["tries"]
+    tries = 1
+    while True:
+        # Never past max_time: the wait is cut to what is left of it.
         left = policy.max_time - (clock.now() - started)
-        wait = max(0.0, min(policy.wait_before(tries, error), left))
-        log.info("retrying after %s (attempt %d, waiting %.2fs)", error, tries, wait)
+        wait = max(0.0, min(policy.wait_before(tries, failure), left))
+        log.info("retrying after %s (attempt %d, waiting %.2fs)", failure, tries, wait)
         if on_retry is not None:
-            on_retry(error, wait)
+            on_retry(failure, wait)
         await clock.sleep(wait)
-
-    replayed = False
-
-    # A coroutine *function*, as backoff needs to pick its asyncio loop. Its first call
-    # replays the failure above, so backoff counts it and waits as for any failure.
-    async def attempt_once() -> T:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            raise first_failure
-        return await attempt()
-
-    decorated = backoff.on_exception(
-        backoff.constant,
-        DispatchError,
-        interval=0,
-        max_tries=policy.attempts,
-        giveup=give_up,
-        jitter=None,
-        on_backoff=wait_out,
-        logger=None,
-    )(attempt_once)
-    result: T = await decorated()
-    return result
+        tries += 1
+        try:
+            return await attempt()
+        except DispatchError as error:
+            spent = clock.now() - started >= policy.max_time
+            if tries >= policy.attempts or spent or not decide(error):
+                raise
+            failure = error
 
 
 def parse_retry_after(value: str | None) -> float | None:

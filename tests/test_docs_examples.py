@@ -6,12 +6,14 @@ are in tests/markdown_examples.py.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
 import shutil
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -240,3 +242,18 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     ci = (PROJECT_ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     [command] = [line for line in readme if line.startswith("python3 -m pip install nox && ")]
     assert command in ci
+
+
+def test_ci_runs_the_oldest_python_in_full_and_the_newest_too() -> None:
+    noxfile = (PROJECT_ROOT / "noxfile.py").read_text(encoding="utf-8")
+    ci = (PROJECT_ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    found = re.search(r"^PYTHONS = (\[.*\])$", noxfile, re.MULTILINE)
+    assert found, "noxfile.py names every supported Python in PYTHONS"
+    pythons = ast.literal_eval(found[1])
+    pyproject = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["requires-python"] == f">={pythons[0]}"
+    assert pythons == sorted(pythons, key=lambda version: tuple(map(int, version.split("."))))
+    assert f"nox -s tests-{pythons[0]} compat " in ci
+    assert "@nox.session(python=PYTHONS[-1])\ndef compat(" in noxfile
+    classifiers = set(pyproject["project"]["classifiers"])
+    assert {f"Programming Language :: Python :: {version}" for version in pythons} <= classifiers
