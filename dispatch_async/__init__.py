@@ -53,6 +53,7 @@ from ._redis_rate_limiter import RedisRateLimiter
 from ._redis_token_store import RedisTokenStore
 from ._retry import RetryPolicy
 from ._screen import DUPLICATE as DUPLICATE_REASON
+from ._screen import EXCLUDED as EXCLUDED_REASON
 from ._screen import to_e164
 from ._session import DispatchSession
 from ._version import __version__
@@ -61,6 +62,7 @@ __all__ = [
     "BASIC_TEXT_MAX_BYTES",
     "DEFAULT_KEY_PREFIX",
     "DUPLICATE_REASON",
+    "EXCLUDED_REASON",
     "AuthenticationError",
     "BatchOptions",
     "BatchSettings",
