@@ -26,12 +26,15 @@ import orjson
 
 import dispatch_async as da
 
+from .exclude import ExcludeList, load_exclude
 from .input import Row, count_lines, line_bound
 from .journal import JobFiles, Recorded
 from .progress import NoteHandler, Progress, Tally, make_progress, render_summary
 from .records import SHOWN_MALFORMED, failed_record, malformed_note, part_records
+from .resume import as_read
 from .source import Reading, Source, check_input
 from .spec import FAILED, OK, JobSpec, Problem, dedupe_key, sent_as
+from .words import counted
 
 __all__ = ["run_send"]
 
@@ -117,7 +120,8 @@ class SendJob:
         tally.skipped += batch.skipped
         if batch.records:
             self._files.append(batch.records)
-            tally.outcomes["invalid"] += len(batch.malformed) + batch.duplicates
+            tally.outcomes["invalid"] += len(batch.malformed) + batch.duplicates + batch.excluded
+            tally.excluded += batch.excluded
             tally.outcomes["maybe_sent"] += batch.interrupted
             tally.malformed += len(batch.malformed)
             tally.interrupted += batch.interrupted
@@ -263,9 +267,10 @@ async def run_send(spec: JobSpec) -> int:
         raise Problem("no account: set DISPATCH_ACCOUNT or pass --account")
     session = spec.connection.session(**spec.connection.rate_options())
     rows = spec.input.open()
-    stored = None if spec.job_options is None else orjson.dumps(spec.job_options)
+    stored = None if spec.job_options is None else orjson.dumps(as_read(spec.job_options, rows))
     files = JobFiles(spec.output, max_line=line_bound(spec.input.path), options=stored)
     job = SendJob(spec, files)
+    exclude: ExcludeList | None = None
     try:
         async with session:
             # Built first: it checks the endpoint's fields before any file is touched.
@@ -278,6 +283,7 @@ async def run_send(spec: JobSpec) -> int:
                 )
             except da.DispatchError as exc:
                 raise Problem(str(exc)) from None
+            exclude = await load_exclude(spec)
             recorded = files.start(
                 resume=spec.resume,
                 resend_maybe_sent=spec.resend_maybe_sent,
@@ -297,9 +303,13 @@ async def run_send(spec: JobSpec) -> int:
                 every=display.progress_every,
                 stream=display.err,
             )
-            job.begin(Source(rows, recorded, spec.output), progress)
+            job.begin(Source(rows, recorded, spec.output, exclude), progress)
             if not display.quiet:
                 progress.note(_intro(spec, recorded))
+                if rows.layout is not None:
+                    progress.note(f"input encoding: {rows.layout.encoding.describe()}")
+                if exclude is not None:
+                    progress.note(exclude.describe())
             with _logging_to(progress, display.verbose):
                 # Only a run that returned can be complete: any exception (a write error, a
                 # bug) leaves the journal, so --resume settles what may have been sent.
@@ -317,6 +327,8 @@ async def run_send(spec: JobSpec) -> int:
     finally:
         rows.close()
         files.close()
+        if exclude is not None:
+            exclude.close()
 
 
 def _intro(spec: JobSpec, recorded: Recorded) -> str:
@@ -326,7 +338,7 @@ def _intro(spec: JobSpec, recorded: Recorded) -> str:
         f"(account {connection.account}), from {spec.input.path}, results in {spec.output}"
     )
     if spec.resume:
-        text += f"\nresuming: {recorded.done_lines:,} lines already recorded"
+        text += f"\nresuming: {counted(recorded.done_lines, 'line')} already recorded"
         if recorded.pending_lines:
             text += (
                 "; lines a killed run may have sent are sent again (--resend-maybe-sent)"
