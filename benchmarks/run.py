@@ -56,6 +56,8 @@ class Plan:
     blocking_calls: int = 2000
     blocking_reps: int = 5
     adaptive_seconds: float = 20.0
+    e164_numbers: int = 20_000
+    e164_reps: int = 5
 
     @classmethod
     def quick(cls) -> Plan:
@@ -77,6 +79,8 @@ class Plan:
             blocking_calls=300,
             blocking_reps=2,
             adaptive_seconds=12.0,
+            e164_numbers=3000,
+            e164_reps=2,
         )
 
 
@@ -376,6 +380,16 @@ def phase_adaptive(plan: Plan) -> dict[str, Any]:
     return adaptive.measure(plan.adaptive_seconds, plan.adaptive_seconds / 2)
 
 
+def phase_e164(plan: Plan) -> dict[str, Any]:
+    log(
+        f"to_e164 vs phonenumbers: {plan.e164_numbers:,} numbers x 3 corpora x "
+        f"{plan.e164_reps} interleaved pairs of processes"
+    )
+    import e164
+
+    return e164.measure(plan.e164_numbers, plan.e164_reps)
+
+
 def phase_startup(plan: Plan) -> dict[str, Any]:
     log(f"start-up: import times x {plan.import_reps} interleaved")
     times: dict[str, list[float]] = {"aiohttp": [], "dispatch_async": []}
@@ -623,6 +637,12 @@ def blocking_rows(b: dict[str, Any]) -> list[Row]:
     ]
 
 
+def e164_rows(e: dict[str, Any]) -> list[Row]:
+    import e164
+
+    return [row(figure, value, target, met) for figure, value, target, met in e164.verdicts(e)]
+
+
 def adaptive_rows(a: dict[str, Any]) -> list[Row]:
     import adaptive
 
@@ -650,6 +670,8 @@ def table(results: dict[str, Any]) -> list[Row]:
         rows += cli_rows(results["cli"])
     if results.get("blocking"):
         rows += blocking_rows(results["blocking"])
+    if results.get("e164"):
+        rows += e164_rows(results["e164"])
     if results.get("startup"):
         rows += startup_rows(results["startup"])
     if results.get("adaptive"):
@@ -704,6 +726,7 @@ PHASES = (
     "cli",
     "blocking",
     "tokens",
+    "e164",
     "startup",
     "adaptive",
 )
@@ -730,7 +753,9 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
         },
-        "versions": {name: _version(name) for name in ("dispatch-async", "aiohttp", "orjson")},
+        "versions": {
+            name: _version(name) for name in ("dispatch-async", "aiohttp", "orjson", "phonenumbers")
+        },
         "quick": args.quick,
         "settings": {"chunk_size": 1000, "concurrency": 8, "endpoint": "/api/v3/template"},
     }
@@ -752,6 +777,8 @@ def main(argv: list[str] | None = None) -> int:
             results["blocking"] = phase_blocking(plan, srv)
     if "tokens" in phases:
         results["tokens"] = phase_tokens(plan)
+    if "e164" in phases:
+        results["e164"] = phase_e164(plan)
     if "startup" in phases:
         results["startup"] = phase_startup(plan)
     if "adaptive" in phases:

@@ -8,6 +8,8 @@ Start with ``DispatchSession`` (``DispatchClient`` from synchronous code);
 
 from ._batch import BatchOptions, BatchSettings
 from ._blocking import DispatchClient
+from ._clock import MONOTONIC, Clock
+from ._e164 import to_e164
 from ._endpoints import BASIC_TEXT_MAX_BYTES, basic_text_warning
 from ._exceptions import (
     AuthenticationError,
@@ -37,6 +39,7 @@ from ._exceptions import (
     TransportError,
     UnauthorizedError,
 )
+from ._fleet import DEFAULT_KEY_PREFIX, RedisRateLimiter, RedisTokenStore
 from ._models import (
     DispatchResult,
     FailedRecipient,
@@ -48,13 +51,9 @@ from ._models import (
     ValidMessages,
 )
 from ._plan import PlannedChunk, plan
-from ._redis import DEFAULT_KEY_PREFIX
-from ._redis_rate_limiter import RedisRateLimiter
-from ._redis_token_store import RedisTokenStore
 from ._retry import RetryPolicy
 from ._screen import DUPLICATE as DUPLICATE_REASON
 from ._screen import EXCLUDED as EXCLUDED_REASON
-from ._screen import to_e164
 from ._session import DispatchSession
 from ._version import __version__
 
@@ -63,11 +62,13 @@ __all__ = [
     "DEFAULT_KEY_PREFIX",
     "DUPLICATE_REASON",
     "EXCLUDED_REASON",
+    "MONOTONIC",
     "AuthenticationError",
     "BatchOptions",
     "BatchSettings",
     "CallbackError",
     "ClientStatusError",
+    "Clock",
     "ConfigurationError",
     "ConnectError",
     "ConnectionLostError",

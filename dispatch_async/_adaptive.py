@@ -9,7 +9,7 @@ at any scale.
 Pure: each transition takes a state and returns the next (the same object when nothing
 changes), so one implementation decides for a single process (`_throttle`) and for a
 fleet, where the state lives in Redis and a compare-and-set applies each decision once
-(`_redis_adaptive`). A state has a version: a 429 to a request sent under an older
+(`_fleet/learned_rate.py`). A state has a version: a 429 to a request sent under an older
 version says the old rate was too high, which the newer state already acted on.
 """
 

@@ -68,9 +68,13 @@ MAX_LIFETIME = 24 * 3600.0
 REFRESH_MARGIN = 0.2
 REFRESH_JITTER = 0.05
 #: Stop using a token this fraction of its lifetime (at most EXPIRY_SAFETY_MAX seconds)
-#: before it expires: a request takes time to reach the service.
+#: before it expires: a request takes time to reach the service. A short-lived token gets
+#: at least EXPIRY_SAFETY_FLOOR seconds (a request's way on a loaded machine), but never
+#: more than EXPIRY_SAFETY_SHORT of its lifetime, so refresh-ahead still comes first.
 EXPIRY_SAFETY = 0.05
 EXPIRY_SAFETY_MAX = 10.0
+EXPIRY_SAFETY_FLOOR = 0.5
+EXPIRY_SAFETY_SHORT = 0.15
 #: Waits between failed background refreshes, doubled each time up to the cap.
 RETRY_FIRST_WAIT = 0.5
 RETRY_MAX_WAIT = 30.0
@@ -123,7 +127,8 @@ class Token:
         """A token fetched at *issued_at* (when the request started) for *lifetime* seconds."""
         seconds = min(lifetime or DEFAULT_LIFETIME, MAX_LIFETIME)
         margin = REFRESH_MARGIN + random.uniform(0, REFRESH_JITTER)  # noqa: S311 - not crypto
-        safety = min(seconds * EXPIRY_SAFETY, EXPIRY_SAFETY_MAX)
+        floor = min(EXPIRY_SAFETY_FLOOR, seconds * EXPIRY_SAFETY_SHORT)
+        safety = min(max(seconds * EXPIRY_SAFETY, floor), EXPIRY_SAFETY_MAX)
         return cls(
             value,
             issued_at,

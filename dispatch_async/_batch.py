@@ -171,7 +171,7 @@ class Batcher:
                 while queued and len(running) < settings.max_concurrency and not (stop or expired):
                     chunk = queued.popleft()
                     try:
-                        chunk = self._screen.apply(chunk)
+                        chunk = await self._screen.apply(chunk)
                     except CallbackError as error:
                         stop = error
                         yield result_from_error(chunk, error)

@@ -66,10 +66,10 @@ async def plan(
     async with contextlib.aclosing(chunked(recipients, settings.chunk_size)) as chunks:
         try:
             async for chunk in chunks:
-                yield _planned(screen.apply(chunk))
+                yield _planned(await screen.apply(chunk))
         except BadChunkError as error:
             if error.before.size:
-                yield _planned(screen.apply(error.before))
+                yield _planned(await screen.apply(error.before))
             raise
 
 

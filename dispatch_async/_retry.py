@@ -1,23 +1,25 @@
-"""When to try a request again, and how long to wait: the only module that uses backoff.
+"""When to try a request again, and how long to wait.
 
 Only what the service certainly did not act on is retried by default: a connection
 that was never made, a 429 and a 503. A 401 is not handled here (the session refreshes
-the token and re-sends once). Swapping backoff for another library touches this file.
+the token and re-sends once). The loop is our own, not a retry library's: the waits are
+the policy's (`RetryPolicy.wait_before`), measured and spent on its clock, so all a
+library would do is count the tries (docs/guides/retries.md says why none is used).
 """
 
 from __future__ import annotations
 
 import email.utils
 import logging
-import math
 import random
-from collections.abc import Awaitable, Callable, Generator, Iterable
+import re
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Final, TypeVar
 
 import attrs
-import backoff
 
+from ._clock import MONOTONIC, Clock
 from ._exceptions import ConnectError, DispatchError, StatusError, TokenUnavailableError
 
 __all__ = ["RetryPolicy", "parse_retry_after", "retrying"]
@@ -25,6 +27,12 @@ __all__ = ["RetryPolicy", "parse_retry_after", "retrying"]
 log = logging.getLogger("dispatch_async")
 
 T = TypeVar("T")
+
+# RFC 9110 delay-seconds, with decimals as some services send them; nothing else (no
+# sign, exponent, "nan", "inf", underscores or non-ASCII digits, all of which float takes).
+_DELAY_SECONDS: Final = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+# 2.0 ** 1024 overflows a float; far before that, every wait is max_wait.
+_MAX_DOUBLINGS: Final = 1000
 
 
 def _statuses(values: Iterable[int]) -> frozenset[int]:
@@ -37,7 +45,9 @@ class RetryPolicy:
 
     ``statuses`` are the HTTP statuses retried: add 500 (say) to opt in to re-sending
     requests the service may have acted on, accepting duplicates. ``wait=False`` turns
-    every wait off (for tests); Retry-After is then ignored too.
+    every wait off (for tests); Retry-After is then ignored too. ``clock`` is where the
+    waits are measured and spent: `dispatch_async.testing.FakeClock` lets a test see them
+    without waiting (one clock per session: its Retry-After pause is on it too).
     """
 
     attempts: int = attrs.field(default=5, validator=attrs.validators.ge(1))
@@ -54,6 +64,8 @@ class RetryPolicy:
     """The HTTP statuses retried (connection failures before sending always are)."""
     wait: bool = True
     """False: retry at once, ignoring Retry-After too (for tests)."""
+    clock: Clock = attrs.field(default=MONOTONIC, eq=False, repr=False)
+    """Where the waits are measured and spent: real time, or a test's `FakeClock`."""
 
     def should_retry(self, error: BaseException) -> bool:
         """Whether *error* is worth another attempt under this policy."""
@@ -69,26 +81,26 @@ class RetryPolicy:
             return None
         return min(retry_after, self.max_retry_after) if self.wait else 0.0
 
+    def wait_before(self, retry: int, error: BaseException | None = None) -> float:
+        """Seconds to wait before retry number *retry* (1 for the first) after *error*.
+
+        The service's Retry-After when *error* carries one, capped (`pause_for`); else
+        exponential backoff with full jitter, so that many clients do not retry in step:
+        uniform between 0 and ``min(max_wait, first_wait * 2 ** (retry - 1))``. Always 0
+        with ``wait=False``. The time left of ``max_time`` bounds it further.
+        """
+        asked = None if error is None else self.pause_for(error)
+        if asked is not None:
+            return asked
+        if not self.wait:
+            return 0.0
+        doublings = min(max(retry - 1, 0), _MAX_DOUBLINGS)
+        ceiling = min(self.max_wait, self.first_wait * 2.0**doublings)
+        return random.uniform(0, ceiling)  # noqa: S311 - not crypto
+
     def without_waits(self) -> RetryPolicy:
         """The same policy with every wait turned off (for tests)."""
         return attrs.evolve(self, wait=False)
-
-
-def _waits(policy: RetryPolicy) -> Generator[float, BaseException | None, None]:
-    # backoff sends each failure in, so the wait can honour the service's Retry-After.
-    error = yield 0.0
-    tries = 0
-    while True:
-        asked = policy.pause_for(error) if error is not None else None
-        if asked is not None:
-            wait = asked
-        elif not policy.wait:
-            wait = 0.0
-        else:  # exponential, with full jitter so many clients do not retry in step
-            ceiling = min(policy.max_wait, policy.first_wait * 2.0**tries)
-            wait = random.uniform(0, ceiling)  # noqa: S311 - not crypto
-        tries += 1
-        error = yield wait
 
 
 async def retrying(
@@ -103,64 +115,48 @@ async def retrying(
     The last error is raised as it is. *on_retry* hears of each retry and its wait.
     """
     decide = should_retry or policy.should_retry
-    # Most requests succeed first time: only a retryable failure pays for backoff's
-    # machinery (building its decorator costs more than sending a small chunk's body).
     try:
         return await attempt()
     except DispatchError as error:
         if policy.attempts < 2 or not decide(error):
             raise
-        first_failure = error
-
-    def notify(details: Any) -> None:
-        error = details["exception"]
-        wait = float(details["wait"])
-        log.info("retrying after %s (attempt %d, waiting %.2fs)", error, details["tries"], wait)
+        failure = error
+    clock = policy.clock
+    started = clock.now()
+    tries = 1
+    while True:
+        # Never past max_time: the wait is cut to what is left of it.
+        left = policy.max_time - (clock.now() - started)
+        wait = max(0.0, min(policy.wait_before(tries, failure), left))
+        log.info("retrying after %s (attempt %d, waiting %.2fs)", failure, tries, wait)
         if on_retry is not None:
-            on_retry(error, wait)
-
-    replayed = False
-
-    # A coroutine *function*, as backoff needs to pick its asyncio loop. Its first call
-    # replays the failure above, so backoff counts it and waits as for any failure.
-    async def attempt_once() -> T:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            raise first_failure
-        return await attempt()
-
-    decorated = backoff.on_exception(
-        _waits,
-        DispatchError,
-        max_tries=policy.attempts,
-        max_time=policy.max_time,
-        giveup=lambda error: not decide(error),
-        jitter=None,
-        on_backoff=notify,
-        logger=None,
-        policy=policy,
-    )(attempt_once)
-    result: T = await decorated()
-    return result
+            on_retry(failure, wait)
+        await clock.sleep(wait)
+        tries += 1
+        try:
+            return await attempt()
+        except DispatchError as error:
+            spent = clock.now() - started >= policy.max_time
+            if tries >= policy.attempts or spent or not decide(error):
+                raise
+            failure = error
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (seconds or an HTTP date); None if unusable."""
+    """Seconds to wait from a Retry-After header (seconds or an HTTP date); None if unusable.
+
+    A date in the past is 0; anything else that is neither (a sign, NaN, garbage) is
+    None, and the retry falls back to the policy's backoff.
+    """
     if not value:
         return None
     value = value.strip()
+    if _DELAY_SECONDS.fullmatch(value):
+        return float(value)
     try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - datetime.now(UTC)).total_seconds()
-        return max(seconds, 0.0)
-    if not math.isfinite(seconds) or seconds < 0:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    return seconds
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)

@@ -306,7 +306,7 @@ class DispatchSession(Sending):
             # A token first: a rate slot taken while waiting for one would be spent later,
             # bunched with the next second's requests.
             await self._tokens.token()
-            slot = await self._throttle.wait()
+            slot = await self._throttle.wait(self.retry.clock)
             token = await self._tokens.token()
             headers = {
                 "Authorization": f"Bearer {token}",
@@ -349,7 +349,7 @@ class DispatchSession(Sending):
             )
             pause = self.retry.pause_for(error)
             if pause:
-                await self._throttle.pause(pause)
+                await self._throttle.pause(pause, self.retry.clock)
                 _instrument.paused(self._hooks, answer.status, pause)
             raise error
         raise AssertionError("unreachable")  # pragma: no cover

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import attrs
 
 from ._adaptive import Aimd, RateState
+from ._clock import Clock
 from ._exceptions import ConfigurationError
 
 __all__ = ["Learner", "Limiter", "LocalRate", "Slot", "Throttle", "steady_limiter"]
@@ -177,19 +178,25 @@ class Throttle:
             return None if state is None else state.rate
         return self._fixed
 
-    async def pause(self, seconds: float) -> None:
-        """Hold every request of the session (and of a learning fleet) for *seconds*."""
-        resume_at = time.monotonic() + seconds
+    async def pause(self, seconds: float, clock: Clock) -> None:
+        """Hold every request of the session (and of a learning fleet) for *seconds*.
+
+        *clock* is the retry policy's: a test's fake clock holds the requests on it.
+        """
+        resume_at = clock.now() + seconds
         if resume_at > self._resume_at:
             self._resume_at = resume_at
         if self._learner is not None:
             await self._learner.hold(seconds)
 
-    async def wait(self) -> Slot | None:
-        """Return when a request may be sent; pass what it returns to `answered`."""
+    async def wait(self, clock: Clock) -> Slot | None:
+        """Return when a request may be sent; pass what it returns to `answered`.
+
+        A pause (`pause`) is waited out on *clock*, the one it was set on.
+        """
         # A loop, not one sleep: another 429 may push the resume time later meanwhile.
-        while (delay := self._resume_at - time.monotonic()) > 0:  # noqa: ASYNC110
-            await asyncio.sleep(delay)
+        while (delay := self._resume_at - clock.now()) > 0:
+            await clock.sleep(delay)
         if self._limiter is not None:
             await self._limiter.acquire()
         if self._learner is not None:

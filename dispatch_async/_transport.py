@@ -8,6 +8,7 @@ whether the request could have reached the service.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections.abc import Mapping
 
@@ -168,7 +169,9 @@ class Transport:
                 content = await _read_capped(response)
                 return Answer(response.status, response.headers, content)
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            raise ConnectError(f"could not connect to {url.host}: {_safe(exc)}") from _cause(exc)
+            raise ConnectError(
+                f"could not connect to {url.host}:{url.port}: {_unreached(exc)}"
+            ) from _cause(exc)
         except (TimeoutError, aiohttp.ClientError) as exc:
             if body is not None and not body.handed_over:
                 raise ConnectError(
@@ -227,6 +230,17 @@ def _cause(exc: BaseException) -> BaseException | None:
     # aiohttp's ClientResponseError carries the request headers (our token) in its repr:
     # it is never chained, only described.
     return None if isinstance(exc, aiohttp.ClientResponseError) else exc
+
+
+def _unreached(exc: BaseException) -> str:
+    """Why no connection was made, without aiohttp's ``ssl:default`` on a plain http URL."""
+    if not isinstance(exc, aiohttp.ClientConnectorError) or isinstance(exc, aiohttp.ClientSSLError):
+        return _safe(exc)  # a TLS failure says what it is about
+    error = exc.os_error
+    code = error.errno
+    # asyncio words a refusal "Connect call failed (...)": the errno's own text is clearer.
+    text = os.strerror(code) if isinstance(code, int) and code > 0 else error.strerror
+    return (text or str(error) or type(error).__name__)[:200]
 
 
 def _safe(exc: BaseException) -> str:

@@ -2,23 +2,68 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aioresponses.core
+import hypothesis
 import pytest
 from aiohttp import ClientResponse
 
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer
+from tests.cli_helpers import write_csv
 
 SECRET = "test-secret"
+#: A bound on a wait that only a hang reaches, however loaded the machine: tests check
+#: what happened (an outcome), and use this, never a sub-second stopwatch, to fail a hang.
+HANG = 30.0
+
+# Hypothesis' per-example deadline (200 ms) times the machine, not the code: under coverage,
+# mutation testing or a loaded host an example takes longer, and fails for nothing.
+hypothesis.settings.register_profile("dispatch", deadline=None)
+hypothesis.settings.load_profile("dispatch")
 TEMPLATE = {"template_id": "pix_reminder"}
 
 
 def numbers(count: int, start: int = 0) -> list[str]:
     """Distinct numbers both the simulator and phonenumbers accept (Sao Paulo mobiles)."""
     return [f"+55119{i:08d}" for i in range(start, start + count)]
+
+
+def spreadsheet_numbers(count: int) -> list[str]:
+    """Distinct local Brazilian numbers as a spreadsheet holds them; every tenth is "123"."""
+    return [
+        "123" if i % 10 == 9 else f"(11) 9{i // 10_000:04d}-{i % 10_000:04d}" for i in range(count)
+    ]
+
+
+@contextlib.asynccontextmanager
+async def loop_turns() -> AsyncIterator[list[int]]:
+    """How often the event loop let another task run, so far: ``[count]``.
+
+    A task that counts and yields at once; it runs again whenever the loop gets a turn,
+    so a stretch of code that never yields leaves the count where it was.
+    """
+    count = [0]
+
+    async def turn() -> None:
+        while True:
+            count[0] += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(turn())
+    await asyncio.sleep(0)
+    try:
+        yield count
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def session_for(server: FakeDispatchServer, **settings: Any) -> da.DispatchSession:
@@ -62,3 +107,24 @@ async def session(
         server.url, client_secret=SECRET, account="acme", retry=no_waits
     ) as s:
         yield s
+
+
+# -- the command line (tests/cli_helpers.py runs it) ---------------------------------
+
+
+@pytest.fixture
+def env(server: FakeDispatchServer) -> dict[str, str]:
+    """The environment of a configured user: DISPATCH_* pointing at the simulator."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+    return clean | {
+        "DISPATCH_BASE_URL": server.url,
+        "DISPATCH_CLIENT_SECRET": SECRET,
+        "DISPATCH_ACCOUNT": "acme",
+    }
+
+
+@pytest.fixture
+def contacts(tmp_path: Path) -> Path:
+    """A small CSV: a number column and two vars, one invalid number."""
+    rows = [f"{n},Ana,PIX{i}" for i, n in enumerate(numbers(4))] + ["12345,Bia,PIX9"]
+    return write_csv(tmp_path / "contacts.csv", "number,name,pixCode", rows)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,9 @@ import dispatch_async as da
 from dispatch_async._adaptive import Aimd, RateState
 from dispatch_async._throttle import Throttle
 from dispatch_async.instrumentation import Event, RateChanged
-from dispatch_async.testing import FakeDispatchServer
+from dispatch_async.testing import FakeClock, FakeDispatchServer
+from tests.cli_helpers import dispatch_async, records, write_csv
 from tests.conftest import SECRET, numbers
-from tests.test_cli import dispatch_async, records, write_csv
 
 
 def grown(aimd: Aimd, state: RateState, seconds: float) -> RateState:
@@ -118,29 +117,42 @@ class TestTheAlgorithm:
 
 
 class TestRetryAfter:
-    async def test_is_honoured_exactly_on_top_of_the_learned_rate(self) -> None:
+    async def test_is_waited_exactly_and_the_lowered_learned_rate_still_spaces_requests(
+        self,
+    ) -> None:
+        clock = FakeClock()
         throttle = Throttle("auto")
-        slot = await throttle.wait()
+        slot = await throttle.wait(clock)
         assert slot is not None
         await throttle.answered(slot, 429)
-        await throttle.pause(0.3)
-        started = time.monotonic()
-        await throttle.wait()
-        assert time.monotonic() - started >= 0.3
+        assert throttle.rate == Aimd().initial * Aimd().factor
+        await throttle.pause(0.3, clock)
+        after = await throttle.wait(clock)
+        assert clock.sleeps == [0.3], "the Retry-After, exactly, on the policy's clock"
+        assert after is not None
+        assert after.held, "then the learned rate's gap, on top of the pause"
 
 
 class TestTheSetting:
     async def test_a_session_shows_its_learned_rate_from_the_start(self) -> None:
+        events: list[Event] = []
         async with FakeDispatchServer(client_secret=SECRET) as server:
             session = da.DispatchSession(
-                server.url, client_secret=SECRET, account="acme", requests_per_second="auto"
+                server.url,
+                client_secret=SECRET,
+                account="acme",
+                requests_per_second="auto",
+                hooks=[events.append],
             )
             assert session.requests_per_second == Aimd().initial  # where learning starts
             async with session:
                 await session.send_basic(numbers(3), text="hi", chunk_size=1)
                 learned = session.requests_per_second
-            assert learned is not None
-            assert learned >= Aimd().minimum
+        changes = [e for e in events if isinstance(e, RateChanged)]
+        assert changes, "the learner told its rate"
+        assert learned == changes[-1].requests_per_second, "the rate it learned last"
+        assert server.stats.rate_limited == 0
+        assert learned >= Aimd().initial, "without a 429 the rate never goes down"
 
     def test_a_fixed_rate_is_shown_as_set(self) -> None:
         session = da.DispatchSession("http://127.0.0.1:1", client_secret="s", requests_per_second=7)
@@ -201,10 +213,16 @@ class TestAgainstARateLimitedSimulator:
         assert server.stats.recipients_received == 400
         assert not server.stats.duplicates
         assert server.stats.rate_limited > 0  # it did meet the limit
-        # Generous bounds: it learned a rate of the limit's order, not a runaway one.
-        assert learned is not None
-        assert 10 <= learned <= 40 * 3
         changes = [e for e in events if isinstance(e, RateChanged)]
+        cuts = [e for e in changes if e.reason == "decrease"]
+        # The first 429 came once the rate had gone past the limit (a 429 is only met
+        # over it): the learner did probe up to the limit.
+        assert cuts[0].previous is not None
+        assert cuts[0].previous >= 40
+        # Near the limit: one cut below it at most, and never twice it (at twice the
+        # limit, the burst is spent in a second and the next 429 cuts the rate).
+        assert learned is not None
+        assert 40 * Aimd().factor <= learned <= 40 * 2
         assert changes[0].reason == "start"
         assert changes[0].previous is None
         assert {"increase", "decrease"} <= {e.reason for e in changes}

@@ -14,7 +14,7 @@ import pytest
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer, Fault
 
-from .conftest import TEMPLATE, numbers, session_for
+from .conftest import TEMPLATE, loop_turns, numbers, session_for, spreadsheet_numbers
 
 ENDPOINT_FIELDS = [
     ("template", {"template_id": "t"}),
@@ -332,6 +332,37 @@ class TestPrevalidate:
         assert [v.number for v in result.valid] == ["+55 11 98765-4321"]
         assert [(i.number, i.reason) for i in result.invalid] == [("(11) 98765-4321", "duplicate")]
         assert server.stats.received == Counter(["+5511987654321"])
+
+    async def test_checking_a_large_chunk_lets_other_tasks_run_and_changes_no_outcome(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        # One request's body stays under the size at which aiohttp warns.
+        given = spreadsheet_numbers(12_000)
+        warm = numbers(1, 50_000_000)
+        await session.send_template(warm, **TEMPLATE)  # the token, fetched now
+        turns_at_send: list[int] = []
+
+        async def before_send(positions: range) -> None:
+            turns_at_send.append(turns[0])
+
+        async with loop_turns() as turns:
+            started = turns[0]
+            result = await session.send_template(
+                given,
+                **TEMPLATE,
+                prevalidate=True,
+                region="BR",
+                chunk_size=12_000,
+                before_send=before_send,
+            )
+        # Checking 12,000 numbers takes over 12 ms on any machine (a microsecond each at
+        # the very least); other tasks get a turn every millisecond or so of it. (Without
+        # that, the few awaits of the send itself give them 4.)
+        assert turns_at_send[0] - started >= 12
+        expected = [n for n in given if n != "123"]
+        assert [v.number for v in result.valid] == expected
+        assert [i.position for i in result.invalid] == list(range(9, 12_000, 10))
+        assert server.stats.received == Counter([*warm, *(da.to_e164(n, "BR") for n in expected)])
 
 
 class TestProgress:

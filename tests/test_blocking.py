@@ -244,7 +244,7 @@ class TestLifecycle:
 
         def hook(event: object) -> None:
             if isinstance(event, da.instrumentation.RetryScheduled):
-                waiting.set()  # backoff's sleep starts right after, on the same loop turn
+                waiting.set()  # the retry's sleep starts right after, on the same loop turn
 
         client = da.DispatchClient(
             simulator.url, client_secret=SECRET, account="acme", hooks=[hook]

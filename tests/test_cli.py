@@ -7,17 +7,18 @@ command runs as a subprocess, exactly as a user runs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
 import pty
 import re
 import signal
+import socket
 import struct
-import sys
 import termios
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,119 +28,23 @@ import pytest
 
 from dispatch_async import DispatchSession, RateLimitedError, RetryPolicy
 from dispatch_async.testing import FakeDispatchServer, Fault, argument_parser
+from tests.cli_helpers import (
+    COMMAND,
+    by_line,
+    dispatch_async,
+    files,
+    has_journal,
+    killed_with_a_request_in_flight,
+    line_count,
+    outcomes,
+    records,
+    wait_for_records,
+    write_csv,
+    write_jsonl,
+)
+from tests.conftest import SECRET, numbers
 
-SECRET = "cli-test-secret-never-printed"
-COMMAND = (sys.executable, "-m", "dispatch_async._cli")
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-# -- helpers -----------------------------------------------------------------------
-
-
-@attrs.frozen
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-
-async def dispatch_async(
-    *args: str | Path,
-    env: Mapping[str, str],
-    stdin: bytes | None = None,
-    kill_after: float = 30.0,
-) -> Run:
-    """Run the command to its end; kill it if it is still running after *kill_after* s."""
-    process = await asyncio.create_subprocess_exec(
-        *COMMAND,
-        *map(str, args),
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(env),
-    )
-    try:
-        async with asyncio.timeout(kill_after):
-            out, err = await process.communicate(stdin)
-    except TimeoutError:
-        process.kill()
-        await process.communicate()
-        raise
-    assert process.returncode is not None
-    return Run(process.returncode, out.decode(), err.decode())
-
-
-def numbers(count: int, start: int = 0) -> list[str]:
-    return [f"+55119{i:08d}" for i in range(start, start + count)]
-
-
-def write_csv(path: Path, header: str, lines: Iterable[str]) -> Path:
-    path.write_text(header + "\n" + "".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
-
-
-def write_jsonl(path: Path, items: Iterable[object]) -> Path:
-    path.write_text("".join(json.dumps(item) + "\n" for item in items), encoding="utf-8")
-    return path
-
-
-def records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def by_line(path: Path) -> dict[int, dict[str, Any]]:
-    """The output's records by input line, checking that no line has two."""
-    found = records(path)
-    lines = Counter(record["line"] for record in found)
-    assert max(lines.values(), default=1) == 1, "a line was recorded twice"
-    return {record["line"]: record for record in found}
-
-
-def outcomes(path: Path) -> Counter[str]:
-    return Counter(record["outcome"] for record in records(path))
-
-
-def line_count(path: Path) -> int:
-    return path.read_bytes().count(b"\n") if path.exists() else 0
-
-
-def has_journal(output: Path) -> bool:
-    return Path(f"{output}.pending").exists()
-
-
-async def wait_for_records(path: Path, count: int, process: asyncio.subprocess.Process) -> None:
-    """Poll the output until it has *count* records (bounded: fail rather than hang)."""
-    async with asyncio.timeout(20):
-        while line_count(path) < count:
-            assert process.returncode is None, "the job ended before it could be stopped"
-            await asyncio.sleep(0.01)
-
-
-# -- fixtures ----------------------------------------------------------------------
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[FakeDispatchServer]:
-    async with FakeDispatchServer(client_secret=SECRET) as fake:
-        yield fake
-
-
-@pytest.fixture
-def env(server: FakeDispatchServer) -> dict[str, str]:
-    """The environment of a configured user: DISPATCH_* pointing at the simulator."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
-    return clean | {
-        "DISPATCH_BASE_URL": server.url,
-        "DISPATCH_CLIENT_SECRET": SECRET,
-        "DISPATCH_ACCOUNT": "acme",
-    }
-
-
-@pytest.fixture
-def contacts(tmp_path: Path) -> Path:
-    """A small CSV: a number column and two vars, one invalid number."""
-    rows = [f"{n},Ana,PIX{i}" for i, n in enumerate(numbers(4))] + ["12345,Bia,PIX9"]
-    return write_csv(tmp_path / "contacts.csv", "number,name,pixCode", rows)
 
 
 # -- input -------------------------------------------------------------------------
@@ -265,6 +170,212 @@ class TestInput:
         assert run.code == 0, run.stderr
         assert by_line(out)[3]["detail"] == "expected 2 fields, found 3"
         assert server.stats.received == Counter(good)
+
+
+# -- what goes on the wire ----------------------------------------------------------
+
+WEBHOOK = "https://hooks.example.com/dispatch"
+CALLBACK = "https://hooks.example.com/callback"
+
+
+def dispatched(server: FakeDispatchServer) -> list[dict[str, Any]]:
+    """The bodies of the dispatch requests the simulator received, in order."""
+    endpoints = ("basic", "single", "template", "webhook")
+    return [r.json for r in server.requests if r.endpoint in endpoints]
+
+
+def envelope(body: dict[str, Any]) -> dict[str, Any]:
+    """A dispatch request's fields other than its recipients."""
+    return {name: value for name, value in body.items() if name != "messages"}
+
+
+class TestWhatIsSent:
+    """Each flag says what goes on the wire, and nothing else goes."""
+
+    async def test_send_template_sends_the_template_every_option_and_the_columns_as_vars(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        run = await dispatch_async(
+            "send", "template", "--template-id", "pix_reminder", "--webhook", WEBHOOK,
+            "--campaign-name", "março", "--callback", CALLBACK, "--fallback-sms", "Seu Pix",
+            "--account", "acme-sp", "-i", contacts, "-o", tmp_path / "r.jsonl", env=env,
+        )  # fmt: skip
+        assert run.code == 0, run.stderr
+        [body] = dispatched(server)
+        assert envelope(body) == {
+            "account": "acme-sp",  # the flag over DISPATCH_ACCOUNT
+            "template_id": "pix_reminder",
+            "webhook": WEBHOOK,
+            "campaign_name": "março",
+            "callback": CALLBACK,
+            "fallback": [{"channel": "sms", "content": "Seu Pix"}],
+        }
+        assert body["messages"][:2] == [
+            {"number": numbers(4)[0], "vars": {"name": "Ana", "pixCode": "PIX0"}},
+            {"number": numbers(4)[1], "vars": {"name": "Ana", "pixCode": "PIX1"}},
+        ]
+        assert len(body["messages"]) == 5
+
+    @pytest.mark.parametrize("endpoint", ["basic", "single"])
+    async def test_send_basic_and_single_send_the_text_under_the_environments_account(
+        self,
+        server: FakeDispatchServer,
+        env: dict[str, str],
+        contacts: Path,
+        tmp_path: Path,
+        endpoint: str,
+    ) -> None:
+        run = await dispatch_async(
+            "send", endpoint, "--text", "Olá, tudo bem?", "-i", contacts,
+            "-o", tmp_path / "r.jsonl", env=env,
+        )  # fmt: skip
+        assert run.code == 0, run.stderr
+        [request] = [r for r in server.requests if r.endpoint == endpoint]
+        assert envelope(request.json) == {
+            "account": "acme",
+            "content": {"text": {"message": "Olá, tudo bem?"}},
+        }
+
+    async def test_send_webhook_sends_its_webhook_text_template_and_options(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "webhook", "--webhook", WEBHOOK, "--text", "Olá", "--template-id", "otp",
+            "--campaign-name", "c1", "--callback", CALLBACK, "--fallback-sms", "sms",
+            "-i", contacts, "-o", out, env=env,
+        )  # fmt: skip
+        assert run.code == 0, run.stderr
+        assert outcomes(out) == Counter(sent=4, invalid=1)
+        [request] = server.requests[1:]
+        assert request.path == "/api/v3/webhook"
+        assert envelope(request.json) == {
+            "account": "acme",
+            "webhook": WEBHOOK,
+            "content": {"text": {"message": "Olá"}},
+            "template_id": "otp",
+            "campaign_name": "c1",
+            "callback": CALLBACK,
+            "fallback": [{"channel": "sms", "content": "sms"}],
+        }
+
+    async def test_resume_sends_what_the_first_run_sent(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(4))
+        out = tmp_path / "r.jsonl"
+        server.latency = 0.5  # the deadline passes with the first chunk in flight
+        first = await dispatch_async(
+            "send", "template", "--template-id", "t1", "--webhook", WEBHOOK,
+            "--campaign-name", "c", "--callback", CALLBACK, "--fallback-sms", "f",
+            "-i", source, "-o", out, "--chunk-size", "2", "--concurrency", "1",
+            "--deadline", "0.2", env=env,
+        )  # fmt: skip
+        assert first.code == 1, first.stderr
+        assert outcomes(out) == Counter(maybe_sent=2, not_sent=2)
+        server.latency = 0
+        resumed = await dispatch_async("send", "--resume", "-o", out, env=env)
+        assert resumed.code == 1, resumed.stderr  # the maybe_sent lines are still there
+        assert outcomes(out) == Counter(maybe_sent=2, sent=2)
+
+        # The job's options came from the journal: its flags were not given again.
+        cut, resent = dispatched(server)
+        assert resent["messages"] == [{"number": n, "vars": {}} for n in numbers(4)[2:]]
+        expected = {
+            "account": "acme",
+            "template_id": "t1",
+            "webhook": WEBHOOK,
+            "campaign_name": "c",
+            "callback": CALLBACK,
+            "fallback": [{"channel": "sms", "content": "f"}],
+        }
+        assert envelope(cut) == envelope(resent) == expected
+
+    async def test_every_request_carries_the_contract_headers(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", contacts, "-o", tmp_path / "r.jsonl",
+            "--chunk-size", "2", env=env,
+        )  # fmt: skip
+        assert run.code == 0, run.stderr
+        token, *requests = server.requests
+        assert token.form == {"grant_type": "client_credentials"}
+        assert len(requests) == 3
+        for request in requests:
+            assert request.headers["Authorization"] == "Bearer <redacted>"
+            assert request.headers["X-Auth-Type"] == "JWT"
+            assert request.headers["Content-Type"] == "application/json"
+            assert request.headers["User-Agent"].startswith("dispatch-async/")
+
+    async def test_the_input_format_flag_overrides_the_file_name(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        # CSV in a file named .jsonl: by its name it would be read as JSON lines.
+        source = write_csv(tmp_path / "contacts.jsonl", "number,name", [f"{numbers(1)[0]},Ana"])
+        by_name = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", source, "-o", tmp_path / "a.jsonl", env=env
+        )
+        forced = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", source, "-o", tmp_path / "b.jsonl",
+            "--format", "csv", env=env,
+        )  # fmt: skip
+        assert outcomes(tmp_path / "a.jsonl") == Counter(invalid=2), by_name.stderr
+        assert forced.code == 0, forced.stderr
+        assert [b["messages"] for b in dispatched(server)] == [
+            [{"number": numbers(1)[0], "vars": {"name": "Ana"}}]
+        ]
+
+
+class TestConnectionFlags:
+    async def test_timeout_bounds_one_request(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        server.script(Fault.hang())
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", contacts, "-o", out, "--timeout", "0.5",
+            env=env,
+        )  # fmt: skip
+        assert run.code == 1, run.stderr
+        assert outcomes(out) == Counter(maybe_sent=5)
+        assert {r["error_type"] for r in records(out)} == {"RequestTimeoutError"}
+        assert server.stats.requests == 1, "a timed-out request may have been acted on"
+
+    async def test_max_retry_time_bounds_the_retries_of_one_request(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        server.script(*[Fault.status(503, retry_after="0.3")] * 100)
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", contacts, "-o", out,
+            "--attempts", "100", "--max-retry-time", "0.5", env=env,
+        )  # fmt: skip
+        assert run.code == 1, run.stderr
+        assert outcomes(out) == Counter(not_sent=5)
+        assert {r["error_type"] for r in records(out)} == {"ServiceUnavailableError"}
+        # 0.3 s apart, for 0.5 s: the first try and one or two more, of the 100 allowed.
+        assert 2 <= server.stats.requests <= 3
+        assert server.pending_faults == 100 - server.stats.requests
+
+    @pytest.mark.parametrize("flag", ["-v", "--verbose"])
+    async def test_verbose_logs_each_retry(
+        self,
+        server: FakeDispatchServer,
+        env: dict[str, str],
+        contacts: Path,
+        tmp_path: Path,
+        flag: str,
+    ) -> None:
+        args = ("send", "basic", "--text", "hi", "-i", contacts, "--chunk-size", "3")
+        server.script(Fault.status(503, retry_after="0"))
+        quiet = await dispatch_async(*args, "-o", tmp_path / "a.jsonl", env=env)
+        server.script(Fault.status(503, retry_after="0"))
+        verbose = await dispatch_async(*args, "-o", tmp_path / "b.jsonl", flag, env=env)
+        assert (quiet.code, verbose.code) == (0, 0), quiet.stderr + verbose.stderr
+        assert "retrying" not in quiet.stderr
+        assert verbose.stderr.count("retrying after the service answered HTTP 503") == 1
+        assert "DEBUG" not in verbose.stderr  # -vv for that
 
 
 # -- output, summary, progress -----------------------------------------------------
@@ -474,20 +585,6 @@ class TestExitCodes:
         )
         assert out.read_text() == "keep me\n"
 
-    async def test_exit_2_when_the_service_rejects_the_secret(
-        self, env: dict[str, str], contacts: Path, tmp_path: Path
-    ) -> None:
-        out = tmp_path / "r.jsonl"
-        run = await dispatch_async(
-            "send", "basic", "--text", "hi", "-i", contacts, "-o", out,
-            env=env | {"DISPATCH_CLIENT_SECRET": "wrong"},
-        )  # fmt: skip
-        assert run.code == 2
-        assert run.stderr.strip().splitlines()[-1] == (
-            "Error: the service rejected the client secret (HTTP 401)"
-        )
-        assert outcomes(out) == Counter(not_sent=5)
-
     async def test_deadline_stops_the_job_and_records_every_line_read(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
@@ -526,8 +623,168 @@ class TestExitCodes:
         for run in (ok, rejected):
             assert SECRET not in run.stdout + run.stderr
             assert "another-secret-never-printed" not in run.stdout + run.stderr
-        for out in (tmp_path / "a.jsonl", tmp_path / "b.jsonl"):
-            assert SECRET not in out.read_text()
+        assert SECRET not in (tmp_path / "a.jsonl").read_text()
+        assert not (tmp_path / "b.jsonl").exists(), "a refused secret writes nothing"
+
+
+# -- credentials first -------------------------------------------------------------
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+class TestCredentialsFirst:
+    """A token is fetched before the input is read through or any file is created.
+
+    A wrong secret, a refused caller or an unreachable service ends the run with one
+    line and nothing written: the same command works once the mistake is fixed.
+    """
+
+    @staticmethod
+    def send(contacts: Path, out: Path) -> tuple[str | Path, ...]:
+        return ("send", "basic", "--text", "hi", "-i", contacts, "-o", out)
+
+    async def test_a_refused_secret_exits_2_and_the_same_command_works_once_fixed(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            *self.send(contacts, out), env=env | {"DISPATCH_CLIENT_SECRET": "wrong"}
+        )
+        assert run.code == 2
+        assert run.stderr == (
+            "Error: the service rejected the client secret (HTTP 401); "
+            "nothing was sent or written\n"
+        )
+        assert files(tmp_path) == [contacts.name], "no output, no journal"
+        assert server.stats.dispatch_calls == 0
+
+        fixed = await dispatch_async(*self.send(contacts, out), env=env)
+        assert fixed.code == 0, fixed.stderr
+        assert outcomes(out) == Counter(sent=4, invalid=1)
+
+    async def test_a_caller_the_service_refuses_exits_2_with_nothing_written(
+        self, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        async with FakeDispatchServer(client_secret=SECRET, allowed_ips=["192.0.2.1"]) as walled:
+            run = await dispatch_async(
+                *self.send(contacts, out), env=env | {"DISPATCH_BASE_URL": walled.url}
+            )
+        assert run.code == 2
+        [line] = run.stderr.splitlines()
+        assert line.startswith("Error: the service refused this caller (HTTP 403)")
+        assert line.endswith("; nothing was sent or written")
+        assert files(tmp_path) == [contacts.name]
+        assert (walled.stats.forbidden, walled.stats.dispatch_calls) == (1, 0)
+
+    async def test_an_unreachable_service_exits_1_naming_why_without_ssl_noise(
+        self, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        port = closed_port()
+        run = await dispatch_async(
+            *self.send(contacts, out), "--attempts", "1",
+            env=env | {"DISPATCH_BASE_URL": f"http://127.0.0.1:{port}"},
+        )  # fmt: skip
+        assert run.code == 1
+        assert run.stderr == (
+            f"Error: could not get an access token: could not connect to 127.0.0.1:{port}: "
+            "Connection refused; nothing was sent or written\n"
+        )
+        assert files(tmp_path) == [contacts.name]
+
+        reachable = await dispatch_async(*self.send(contacts, out), env=env)
+        assert reachable.code == 0, reachable.stderr
+
+
+# -- failures, as a person reads them ----------------------------------------------
+
+
+class TestFailuresAreToldByCause:
+    """Each cause of failure once, with its count and input lines; event lines with -v."""
+
+    async def test_each_cause_is_told_once_and_summed_up_with_its_lines(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(600))
+        out = tmp_path / "r.jsonl"
+        server.script(*[Fault.status(500)] * 4, *[Fault.status(503)] * 2)
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", source, "-o", out, "--chunk-size", "100",
+            "--concurrency", "1", "--attempts", "1", env=env,
+        )  # fmt: skip
+        assert run.code == 1
+        assert outcomes(out) == Counter(maybe_sent=400, not_sent=200)
+        assert "ChunkAnswered" not in run.stderr
+        assert "WARNING" not in run.stderr
+        told = [line for line in run.stderr.splitlines() if line.startswith(("maybe", "not"))]
+        assert told == [
+            "maybe_sent: the service answered HTTP 500: 100 rows, lines 2-101 (further rows "
+            "failing this way are counted in the summary)",
+            "not_sent: the service answered HTTP 503: 100 rows, lines 402-501 (further rows "
+            "failing this way are counted in the summary)",
+            "maybe_sent rows may have reached the service: check them before sending them "
+            "again (they may arrive twice); dispatch-async export -o "
+            f"{out} --outcome maybe_sent --to {tmp_path / 'maybe_sent.csv'} writes them out "
+            "as an input of their own",
+        ]
+        assert (
+            "  failed rows, by cause:\n"
+            "    400 maybe_sent: the service answered HTTP 500 (lines 2-401)\n"
+            "    200 not_sent: the service answered HTTP 503 (lines 402-601)\n"
+        ) in run.stderr
+
+    async def test_the_event_lines_show_with_verbose(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        server.script(Fault.status(500))
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", contacts, "-o", tmp_path / "r.jsonl",
+            "--attempts", "1", "-v", env=env,
+        )  # fmt: skip
+        assert run.code == 1
+        assert "WARNING: ChunkAnswered" in run.stderr
+        assert "maybe_sent: the service answered HTTP 500: 5 rows, lines 2-6" in run.stderr
+
+    async def test_the_progress_line_counts_sent_invalid_and_failed(
+        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        server.script(Fault.status(503))
+        run = await dispatch_async(
+            "send", "template", "--template-id", "t", "-i", contacts, "-o", tmp_path / "r.jsonl",
+            "--chunk-size", "2", "--concurrency", "1", "--attempts", "1",
+            "--progress-every", "0", env=env,
+        )  # fmt: skip
+        assert run.code == 1
+        progress = [line for line in run.stderr.splitlines() if line.startswith("progress:")]
+        assert progress[0].startswith("progress: 2/5 lines (40%): 0 sent, 0 invalid, 2 failed")
+        assert progress[-1].startswith("progress: 5/5 lines (100%): 2 sent, 1 invalid, 2 failed")
+
+    async def test_what_the_service_said_about_a_template_it_has_not_is_shown(
+        self, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        async with FakeDispatchServer(
+            client_secret=SECRET, templates={"pix_reminder": ["pixCode"]}
+        ) as strict:
+            run = await dispatch_async(
+                "send", "template", "--template-id", "pix_remindr", "-i", contacts, "-o", out,
+                env=env | {"DISPATCH_BASE_URL": strict.url},
+            )  # fmt: skip
+        assert run.code == 1
+        said = (
+            "the service answered HTTP 400: template_id 'pix_remindr' is not a template of "
+            "this account (templates: 'pix_reminder')"
+        )
+        assert f"    5 not_sent: {said} (lines 2-6)" in run.stderr
+        assert {record["error"] for record in records(out)} == {said}
+        assert strict.stats.dispatch_calls == 0
 
 
 # -- dry run -----------------------------------------------------------------------
@@ -715,24 +972,14 @@ class TestResume:
         source = write_csv(tmp_path / "c.csv", "number,name", [f"{n},Ana" for n in numbers(total)])
         out = tmp_path / "r.jsonl"
         args = ("send", "template", "--template-id", "t", "-i", source, "-o", out, "--quiet")
-        server.latency = 0.02  # requests are in flight when the kill lands
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, *map(str, args), "--chunk-size", "500", "--concurrency", "4",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
-        )  # fmt: skip
-        await wait_for_records(out, 2000, process)
-        # Hold the next requests, so that some are certainly in flight when the kill lands.
-        server.latency = 3600
-        await server.wait_until(lambda: server.in_flight > 0, timeout=60)
-        process.kill()
-        await process.wait()
-        assert process.returncode == -signal.SIGKILL
+        await killed_with_a_request_in_flight(
+            server, env, *args, "--chunk-size", "500", "--concurrency", "4", records=2000
+        )
         assert line_count(out) < total, "killed mid-way, not after the end"
 
-        server.latency = 0
-        resumed = await dispatch_async(*args, env=env, kill_after=60)
+        resumed = await dispatch_async(*args, env=env)
         assert resumed.code == 2, "the output exists: resuming needs --resume"
-        resumed = await dispatch_async(*args, "--resume", env=env, kill_after=60)
+        resumed = await dispatch_async(*args, "--resume", env=env)
         assert resumed.code == 1, resumed.stderr  # the lines in flight stay maybe_sent
 
         found = by_line(out)
@@ -749,35 +996,82 @@ class TestResume:
         assert set(received) <= sent | maybe
         assert not has_journal(out)
 
-    async def test_after_a_kill_maybe_sent_is_at_most_the_chunks_whose_requests_started(
+    async def test_after_a_kill_maybe_sent_is_exactly_what_reached_the_service_unrecorded(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
         total, chunk, concurrency = 40_000, 500, 4
-        source = write_csv(tmp_path / "c.csv", "number,name", [f"{n},Ana" for n in numbers(total)])
+        given = numbers(total)
+        source = write_csv(tmp_path / "c.csv", "number,name", [f"{n},Ana" for n in given])
         out = tmp_path / "r.jsonl"
         args = ("send", "template", "--template-id", "t", "-i", source, "-o", out, "--quiet")
-        # Slow answers: the SDK reads chunks ahead of the requests it has started.
-        server.latency = 0.3
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, *map(str, args), "--chunk-size", str(chunk),
-            "--concurrency", str(concurrency),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        # Chunks 6 to 9 hang: once they hold every slot, no request can start, while the
+        # SDK has read chunks ahead of them that it never started.
+        for index in range(6, 6 + concurrency):
+            server.script_for(given[index * chunk], Fault.hang())
+        await killed_with_a_request_in_flight(
+            server, env, *args, "--chunk-size", str(chunk), "--concurrency", str(concurrency),
+            hold=False,
+            until=lambda: server.in_flight == concurrency and server.pending_faults == 0,
         )  # fmt: skip
-        await wait_for_records(out, 3 * chunk, process)
-        process.kill()
-        await process.wait()
-        received_before = set(server.stats.received)
+        # What the killed run wrote, bar a line the kill may have cut short.
+        lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
+        written = [json.loads(line) for line in lines if line.endswith("\n")]
+        recorded_sent = {r["number"] for r in written if r["outcome"] == "sent"}
+        reached = {m["number"] for body in dispatched(server) for m in body["messages"]}
+        assert len(reached) == 10 * chunk, "chunks 0 to 9, and no other"
 
-        server.latency = 0
-        resumed = await dispatch_async(*args, "--resume", env=env, kill_after=60)
+        resumed = await dispatch_async(*args, "--resume", env=env)
         assert resumed.code == 1, resumed.stderr
         found = by_line(out)
         assert sorted(found) == list(range(2, total + 2))
         maybe = {r["number"] for r in found.values() if r["outcome"] == "maybe_sent"}
-        assert 0 < len(maybe) <= concurrency * chunk
-        # Each maybe_sent row was in a request that had started: most reached the service.
-        assert len(maybe - received_before) <= concurrency * chunk
+        # The chunks read ahead were never started: sent on resume, not left maybe_sent.
+        assert maybe == reached - recorded_sent
+        assert set(given[6 * chunk : 10 * chunk]) <= maybe, "the requests held in flight"
         assert not server.stats.duplicates
+
+
+class TestResumeCounts:
+    """One set of counts around a resume: the whole job and this run told apart."""
+
+    async def test_the_counts_add_up_and_malformed_rows_are_not_told_twice(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        lines = []
+        for index, number in enumerate(numbers(100)):
+            lines.append(f"{number},Ana")
+            if index % 8 == 3 and index < 96:
+                lines.append("not a row")  # 12 malformed rows: more than the ten named
+            if index % 25 == 10:
+                lines.append(",")  # 4 empty rows: no record
+        source = write_csv(tmp_path / "c.csv", "number,name", lines)
+        out = tmp_path / "r.jsonl"
+        args = ("send", "basic", "--text", "hi", "-i", source, "-o", out, "--chunk-size", "20")
+        args += ("--concurrency", "1", "--attempts", "1", "--progress-every", "0")
+        server.script(Fault.status(503))  # the first chunk: not_sent
+        first = await dispatch_async(*args, env=env)
+        assert first.code == 1
+        assert re.search(r"\n  total +112\n", first.stderr), first.stderr
+        assert first.stderr.count("malformed input row:") == 10
+
+        second = await dispatch_async(*args, "--resume", env=env)
+        assert second.code == 0, second.stderr
+        assert (
+            "resuming: input lines recorded by earlier runs: 112; kept and skipped: 80; "
+            "not_sent, sent again: 20; malformed, read again (a fixed row is sent): 12\n"
+        ) in second.stderr
+        assert "malformed input row:" not in second.stderr, "the notes are not repeated"
+        for outcome, this_run, whole_job in (
+            ("sent", 20, 100),
+            ("invalid", 0, 12),
+            ("not_sent", 0, 0),
+            ("total", 20, 112),
+        ):
+            assert re.search(rf"\n  {outcome} +{this_run} +{whole_job}\n", second.stderr)
+        for run in (first, second):
+            progress = [line for line in run.stderr.splitlines() if line.startswith("progress")]
+            assert progress[-1].startswith("progress: 116/116 lines (100%)"), "4 empty rows"
+        assert outcomes(out) == Counter(sent=100, invalid=12)
 
 
 # -- demo and serve ----------------------------------------------------------------
@@ -793,7 +1087,7 @@ class TestDemo:
         # The demo's contacts go to a new temporary directory: keep it in tmp_path.
         run = await dispatch_async(
             "demo", "-o", out, "--recipients", str(recipients),
-            env=bare | {"TMPDIR": str(tmp_path)}, kill_after=60,
+            env=bare | {"TMPDIR": str(tmp_path)},
         )  # fmt: skip
         assert run.code == 0, run.stderr
         assert "dispatch-async demo: done in" in run.stderr
@@ -806,18 +1100,108 @@ class TestDemo:
         assert found["sent"] + found["invalid"] == recipients
         assert found["invalid"] < max(recipients // 10, 1)
 
+    async def test_the_seed_decides_the_sample_data(self, tmp_path: Path) -> None:
+        bare = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+        env = bare | {"TMPDIR": str(tmp_path)}
+
+        async def invalid_lines(seed: int, name: str) -> set[int]:
+            out = tmp_path / name
+            run = await dispatch_async(
+                "demo", "-o", out, "--recipients", "300", "--seed", str(seed), "-q", env=env
+            )
+            assert run.code == 0, run.stderr
+            return {r["line"] for r in records(out) if r["outcome"] == "invalid"}
+
+        first, again, other = (
+            await invalid_lines(1, "a.jsonl"),
+            await invalid_lines(1, "b.jsonl"),
+            await invalid_lines(2, "c.jsonl"),
+        )
+        assert first, "about 3% of the sample numbers are invalid"
+        assert first == again
+        assert first != other
+
+
+@attrs.define
+class Served:
+    """A `serving` simulator: its URL, and what it said on stderr once stopped."""
+
+    url: str
+    stderr: str = ""
+
+
+@contextlib.asynccontextmanager
+async def serving(*flags: str, stop: signal.Signals = signal.SIGTERM) -> AsyncIterator[Served]:
+    """`dispatch-async serve` with *flags*, stopped with *stop*; it must exit 0."""
+    process = await asyncio.create_subprocess_exec(
+        *COMMAND, "serve", "--port", "0", *flags,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(20):
+            served = Served((await process.stdout.readline()).decode().strip())
+        yield served
+    finally:
+        if process.returncode is None:
+            process.send_signal(stop)
+        async with asyncio.timeout(20):
+            _, err = await process.communicate()
+    served.stderr = err.decode()
+    assert process.returncode == 0
+
+
+async def raw_dispatch(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
+    """One basic dispatch to the simulator at *url* with its default secret; read."""
+    form = {"grant_type": "client_credentials", "client_secret": "test-secret"}
+    async with http.post(f"{url}/oauth/token", data=form) as answer:
+        token = (await answer.json())["access_token"]
+    body = {
+        "account": "a",
+        "content": {"text": {"message": "hi"}},
+        "messages": [{"number": "+5511999990000"}],
+    }
+    headers = {"Authorization": f"Bearer {token}"}
+    async with http.post(f"{url}/api/v3/basic", json=body, headers=headers) as answer:
+        await answer.read()
+    return answer
+
 
 class TestServe:
+    async def test_host_fault_rate_and_random_retry_after_answer_as_told(self) -> None:
+        flags = ("--host", "127.0.0.1", "--fault-rate", "429=1", "--random-retry-after", "7")
+        async with serving(*flags) as served, aiohttp.ClientSession() as http:
+            answer = await raw_dispatch(http, served.url)
+        assert served.url.startswith("http://127.0.0.1:")
+        assert (answer.status, answer.headers["Retry-After"]) == (429, "7")
+
+    async def test_the_seed_repeats_the_random_faults_and_fast_ids_are_numbered(self) -> None:
+        flags = ("--fault-rate", "503=0.5", "--seed", "11", "--fast-ids", "--latency", "0.05")
+        runs: list[list[int]] = []
+        ids: list[str] = []
+        for _ in range(2):
+            async with serving(*flags) as served, aiohttp.ClientSession() as http:
+                answers = [await raw_dispatch(http, served.url) for _ in range(16)]
+                first_ok = next(a for a in answers if a.status == 200)
+                ids.append((await first_ok.json())["validMessages"][0]["id"])
+            runs.append([a.status for a in answers])
+        assert runs[0] == runs[1]
+        assert set(runs[0]) == {200, 503}
+        assert ids == ["00000000-0000-4000-8000-000000000000"] * 2
+
+    async def test_latency_delays_every_dispatch_answer(self) -> None:
+        loop = asyncio.get_running_loop()
+        async with serving("--latency", "0.3") as served, aiohttp.ClientSession() as http:
+            started = loop.time()
+            answer = await raw_dispatch(http, served.url)
+            took = loop.time() - started
+        assert answer.status == 200
+        assert took >= 0.3
+
     async def test_runs_the_simulator_with_the_given_flags_until_sigterm(self) -> None:
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, "serve", "--port", "0", "--secret", "serve-secret",
-            "--token-lifetime", "42", "--fault-rate", "429=1.0",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            assert process.stdout is not None
-            async with asyncio.timeout(20):
-                url = (await process.stdout.readline()).decode().strip()
+        flags = ("--secret", "serve-secret", "--token-lifetime", "42", "--fault-rate", "429=1.0")
+        async with serving(*flags) as served:
+            url = served.url
             assert url.startswith("http://127.0.0.1:")
             async with aiohttp.ClientSession() as http:
                 answer = await http.post(
@@ -830,35 +1214,18 @@ class TestServe:
             ) as session:
                 result = await session.send_basic(["+5511999990000"], text="hi")
             assert isinstance(result.failed[0].error, RateLimitedError)
-        finally:
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-            async with asyncio.timeout(20):
-                await process.communicate()
-        assert process.returncode == 0
 
     async def test_ctrl_c_prints_what_it_saw_and_get_stats_shows_it_meanwhile(self) -> None:
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, "serve", "--port", "0", "--secret", "serve-secret",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            assert process.stdout is not None
-            async with asyncio.timeout(20):
-                url = (await process.stdout.readline()).decode().strip()
-            async with DispatchSession(url, client_secret="serve-secret", account="a") as session:
+        async with serving("--secret", "serve-secret", stop=signal.SIGINT) as served:
+            async with DispatchSession(
+                served.url, client_secret="serve-secret", account="a"
+            ) as session:
                 await session.send_basic(numbers(3), text="hi")
-            async with aiohttp.ClientSession() as http, http.get(f"{url}/_stats") as answer:
+            async with aiohttp.ClientSession() as http, http.get(f"{served.url}/_stats") as answer:
                 stats = await answer.json()
             assert (stats["dispatch_calls"], stats["recipients_received"]) == (1, 3)
-        finally:
-            if process.returncode is None:
-                process.send_signal(signal.SIGINT)
-            async with asyncio.timeout(20):
-                _, err = await process.communicate()
-        assert process.returncode == 0
-        assert "simulator stopped: 1 token request, 1 /api/v3 request, 1 dispatch" in err.decode()
-        assert "3 recipients received (0 more than once)" in err.decode()
+        assert "simulator stopped: 1 token request, 1 /api/v3 request, 1 dispatch" in served.stderr
+        assert "3 recipients received (0 more than once)" in served.stderr
 
     async def test_help_is_click_styled_names_every_option_and_documents_stats(self) -> None:
         run = await dispatch_async("serve", "--help", env=os.environ)
@@ -887,3 +1254,4 @@ class TestHelp:
             assert command in run.stdout
         version = await dispatch_async("--version", env=os.environ)
         assert version.stdout.startswith("dispatch-async, version ")
+        assert (await dispatch_async("-V", env=os.environ)).stdout == version.stdout

@@ -6,12 +6,14 @@ are in tests/markdown_examples.py.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
 import shutil
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -248,5 +250,20 @@ def test_a_fresh_machine_needs_two_commands_in_a_venv_and_ci_runs_the_test_one()
         assert command.startswith("python3 -m venv .venv && .venv/bin/pip install "), command
         assert " pip install" not in command.replace(".venv/bin/pip install", ""), command
     assert demo.endswith(" && .venv/bin/dispatch-async demo")
-    assert test.endswith(" && .venv/bin/nox -s tests lint typecheck docs")
+    assert test.endswith(" && .venv/bin/nox -s tests-3.11 compat lint typecheck docs")
     assert test in ci
+
+
+def test_ci_runs_the_oldest_python_in_full_and_the_newest_too() -> None:
+    noxfile = (PROJECT_ROOT / "noxfile.py").read_text(encoding="utf-8")
+    ci = (PROJECT_ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    found = re.search(r"^PYTHONS = (\[.*\])$", noxfile, re.MULTILINE)
+    assert found, "noxfile.py names every supported Python in PYTHONS"
+    pythons = ast.literal_eval(found[1])
+    pyproject = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["requires-python"] == f">={pythons[0]}"
+    assert pythons == sorted(pythons, key=lambda version: tuple(map(int, version.split("."))))
+    assert f"nox -s tests-{pythons[0]} compat " in ci
+    assert "@nox.session(python=PYTHONS[-1])\ndef compat(" in noxfile
+    classifiers = set(pyproject["project"]["classifiers"])
+    assert {f"Programming Language :: Python :: {version}" for version in pythons} <= classifiers

@@ -195,6 +195,7 @@ class TestNoAnswerBytesInErrors:
     ) -> None:
         server.script(Fault.not_json(body=f"Authorization: Bearer {LEAKED}\r\n".encode()))
         result = await session.send_template(numbers(2), **TEMPLATE)
+        assert len(result.failed) == 2
         for failure in result.failed:
             assert isinstance(failure.error, da.MalformedResponseError)
             assert LEAKED not in everything_said(failure.error)
@@ -317,5 +318,11 @@ class TestASessionOnAnotherEventLoop:
         assert (await session.send_template(numbers(1, 1), **TEMPLATE)).ok
 
 
-def test_secret_fixture_is_what_the_server_accepts() -> None:
-    assert SECRET == "test-secret"
+async def test_the_shared_secret_is_the_one_a_default_simulator_accepts() -> None:
+    # Tests that start a FakeDispatchServer() without a secret rely on this.
+    async with (
+        FakeDispatchServer() as server,
+        da.DispatchSession(server.url, client_secret=SECRET, account="acme") as session,
+    ):
+        assert (await session.send_template(numbers(1), **TEMPLATE)).ok
+    assert server.stats.tokens_issued == 1

@@ -6,8 +6,10 @@ from __future__ import annotations
 import ast
 import importlib
 import os
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,29 @@ def test_the_command_line_uses_only_public_names_of_the_sdk() -> None:
             assert module in public, f"{path.name} imports {name}"
             exported = importlib.import_module(module).__all__
             assert member in exported, f"{path.name} imports the private {name}"
+
+
+# Archived or in maintenance only (issue 27): backoff 2.2 uses an asyncio function removed
+# in Python 3.16.
+RETIRED = frozenset({"backoff"})
+
+
+def test_nothing_imports_a_retired_library() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        used = {name.split(".")[0] for name in imported_by(path)}
+        assert not used & RETIRED, f"{path.relative_to(ROOT)} imports {used & RETIRED}"
+
+
+def test_no_extra_requires_a_retired_library() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for extra, requirements in {
+        "": project["dependencies"],
+        **project["optional-dependencies"],
+    }.items():
+        names = {
+            re.split(r"[^A-Za-z0-9_.-]", requirement)[0].lower() for requirement in requirements
+        }
+        assert not names & RETIRED, f"[{extra}] requires {names & RETIRED}"
 
 
 def test_without_click_the_command_says_what_to_install(tmp_path: Path) -> None:

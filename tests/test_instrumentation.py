@@ -529,6 +529,57 @@ async def test_no_secret_or_token_reaches_any_attribute_label_or_log_field(
             assert secret not in text
 
 
+class TestTheLoggingHookLevels:
+    """Per-call events at DEBUG; retries and pauses at INFO; failures at INFO or WARNING.
+
+    A Celery worker sends one call per task: at INFO its log must not grow a line a task.
+    """
+
+    @staticmethod
+    async def logged(
+        server: FakeDispatchServer, caplog: pytest.LogCaptureFixture, recipients: list[str]
+    ) -> dict[str, set[int]]:
+        """The levels each event was logged at, by event name, for one call."""
+        caplog.clear()
+        async with da.DispatchSession(
+            server.url,
+            client_secret=SECRET,
+            account="acme",
+            retry=POLICY,
+            hooks=[ins.LoggingHook()],
+            chunk_size=10,
+        ) as session:
+            with caplog.at_level(logging.DEBUG, logger="dispatch_async.events"):
+                await session.send_template(recipients, **TEMPLATE)
+        levels: dict[str, set[int]] = {}
+        for record in caplog.records:
+            if record.name == "dispatch_async.events":
+                levels.setdefault(record.dispatch_event, set()).add(record.levelno)  # type: ignore[attr-defined]
+        return levels
+
+    async def test_a_call_that_went_through_logs_nothing_above_debug(
+        self, server: FakeDispatchServer, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        levels = await self.logged(server, caplog, numbers(20))
+        assert {"CallStarted", "ChunkSent", "ChunkAnswered", "CallFinished"} <= set(levels)
+        assert set().union(*levels.values()) == {logging.DEBUG}
+
+    async def test_retries_and_pauses_are_info_and_failures_warning(
+        self, server: FakeDispatchServer, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        recipients = numbers(30)
+        server.script_for(recipients[0], Fault.status(429, retry_after="0.01"))
+        server.script_for(recipients[10], Fault.status(503))
+        server.script_for(recipients[20], Fault.status(500))
+        levels = await self.logged(server, caplog, recipients)
+        assert levels["Paused"] == {logging.INFO}
+        assert levels["RetryScheduled"] == {logging.INFO}
+        # 200s are DEBUG, the 503 (not acted on) INFO, the 500 (maybe acted on) WARNING.
+        assert levels["ChunkAnswered"] == {logging.DEBUG, logging.INFO, logging.WARNING}
+        assert levels["CallFinished"] == {logging.WARNING}, "the call has failed recipients"
+        assert levels["CallStarted"] == {logging.DEBUG}
+
+
 def test_the_library_prints_nothing_unless_asked() -> None:
     code = (
         "import logging, dispatch_async;"

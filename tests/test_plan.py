@@ -11,7 +11,7 @@ import pytest
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer
 
-from .conftest import TEMPLATE, numbers
+from .conftest import TEMPLATE, loop_turns, numbers, spreadsheet_numbers
 
 
 async def planned(
@@ -49,6 +49,17 @@ class TestItDescribesWhatASendWouldDo:
         refused = [(i.number, i.reason) for c in chunks for i in c.refused]
         assert refused == [(i.number, i.reason) for i in result.invalid]
         assert len(refused) == 4
+
+    async def test_checking_a_large_chunk_lets_other_tasks_run(self) -> None:
+        given = spreadsheet_numbers(40_000)
+        async with loop_turns() as turns:
+            started = turns[0]
+            (chunk,) = await planned(given, prevalidate=True, region="BR", chunk_size=40_000)
+            # Over 40 ms of checks on any machine (a microsecond a number at the very
+            # least); other tasks get a turn at least every few ms of it.
+            assert turns[0] - started >= 10
+        assert list(chunk.numbers) == [da.to_e164(n, "BR") for n in given if n != "123"]
+        assert [r.position for r in chunk.refused] == list(range(9, 40_000, 10))
 
     async def test_prevalidate_plans_the_e164_form(self) -> None:
         (chunk,) = await planned(["(11) 98765-4321"], prevalidate=True, region="BR")

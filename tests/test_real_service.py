@@ -291,6 +291,7 @@ class TestBasicText:
         assert warning is not None
         assert "162 UTF-8 bytes" in warning
         assert str(da.BASIC_TEXT_MAX_BYTES) in warning
+        assert warning.endswith(" (use send_single for longer text)"), "it says what to do"
 
     def test_160_bytes_fit(self) -> None:
         assert da.basic_text_warning("é" * 80) is None

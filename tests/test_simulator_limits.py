@@ -16,6 +16,7 @@ import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer
 from dispatch_async.testing._rate import AccountRateLimit
 
+from .conftest import HANG
 from .test_simulator import PROJECT_ROOT, body, post
 
 
@@ -150,14 +151,14 @@ class TestItsCounters:
             env=env,
         )
         assert process.stdout is not None
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(HANG):
             url = (await process.stdout.readline()).decode().strip()
         async with aiohttp.ClientSession() as http:
             form = {"grant_type": "client_credentials", "client_secret": "test-secret"}
             async with http.post(f"{url}/oauth/token", data=form) as response:
                 assert response.status == 200
         process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(HANG):
             _, err = await process.communicate()
         assert process.returncode == 0
         assert "simulator stopped: 1 token request, " in err.decode()

@@ -18,21 +18,18 @@ from pathlib import Path
 import pytest
 
 from dispatch_async.testing import FakeDispatchServer, Fault
-from tests import test_cli
-from tests.test_cli import (
+from tests.cli_helpers import (
     COMMAND,
     by_line,
     dispatch_async,
     has_journal,
-    numbers,
+    killed_with_a_request_in_flight,
     outcomes,
     records,
     wait_for_records,
     write_csv,
 )
-
-server = test_cli.server
-env = test_cli.env
+from tests.conftest import numbers
 
 DATA = Path(__file__).parent / "data" / "spreadsheets"
 
@@ -55,6 +52,12 @@ def excel(tmp_path: Path) -> Path:
 @pytest.fixture
 def sheets(tmp_path: Path) -> Path:
     return Path(shutil.copy(DATA / "google_sheets.csv", tmp_path / "google_sheets.csv"))
+
+
+@pytest.fixture
+def local_numbers(tmp_path: Path) -> Path:
+    """An Excel pt-BR export of 50 Pix reminders: 40 numbers written as at home."""
+    return Path(shutil.copy(DATA / "pix_numeros_locais.csv", tmp_path / "pix.csv"))
 
 
 @pytest.fixture
@@ -230,6 +233,89 @@ class TestEmptyRows:
         assert server.stats.recipients_received == 4
 
 
+# -- local numbers ------------------------------------------------------------------------
+
+
+class TestLocalNumbers:
+    """Numbers written as at home, ``(11) 98765-4321``: the service refuses them as written."""
+
+    ADVICE = "40 of the 40 numbers rejected look like local numbers of BR"
+
+    async def test_sent_as_written_the_summary_says_so_and_names_the_flags(
+        self, env: dict[str, str], local_numbers: Path, tmp_path: Path
+    ) -> None:
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            *send_args(local_numbers, out, "--number-column", "Telefone"), env=env
+        )
+        assert run.code == 0, "rejected numbers are an outcome, not a failure, by default"
+        assert outcomes(out) == Counter(sent=10, invalid=40)
+        assert self.ADVICE in run.stderr
+        assert "--prevalidate --region BR sends them in E.164" in run.stderr
+        assert f"dispatch-async export -o {out} --outcome invalid" in run.stderr
+        for number in ("(11) 98001-2001", "11 98001-2001"):
+            assert number not in run.stderr, "phone numbers stay out of the terminal"
+
+    async def test_with_the_flags_every_row_is_sent_in_e164(
+        self, server: FakeDispatchServer, env: dict[str, str], local_numbers: Path,
+        tmp_path: Path,
+    ) -> None:  # fmt: skip
+        out = tmp_path / "r.jsonl"
+        run = await dispatch_async(
+            *send_args(local_numbers, out, "--number-column", "Telefone", "--prevalidate"),
+            env=env | {"DISPATCH_REGION": "BR"},
+        )
+        assert run.code == 0, run.stderr
+        assert outcomes(out) == Counter(sent=50)
+        assert all(number.startswith("+55") for number in server.stats.received)
+        assert "look like local numbers" not in run.stderr
+
+    async def test_dispatch_region_is_the_region_named(
+        self, env: dict[str, str], local_numbers: Path, tmp_path: Path
+    ) -> None:
+        """With the region already set, the advice names only the flag still missing."""
+        run = await dispatch_async(
+            *send_args(local_numbers, tmp_path / "r.jsonl", "--number-column", "Telefone"),
+            env=env | {"DISPATCH_REGION": "BR"},
+        )
+        assert self.ADVICE in run.stderr
+        assert ": --prevalidate sends them in E.164" in run.stderr
+
+        prevalidated = await dispatch_async(
+            *send_args(local_numbers, tmp_path / "p.jsonl", "--number-column", "Telefone"),
+            "--prevalidate", env=env,
+        )  # fmt: skip
+        assert outcomes(tmp_path / "p.jsonl") == Counter(sent=10, invalid=40)
+        assert ": --region BR sends them in E.164" in prevalidated.stderr
+
+    async def test_numbers_that_are_not_phone_numbers_get_no_such_advice(
+        self, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", ["12345", "0800", *numbers(2)])
+        run = await dispatch_async(*send_args(source, tmp_path / "r.jsonl"), env=env)
+        assert run.code == 0, run.stderr
+        assert outcomes(tmp_path / "r.jsonl") == Counter(sent=2, invalid=2)
+        assert "look like local numbers" not in run.stderr
+
+    async def test_max_invalid_makes_too_many_rejected_exit_1(
+        self, env: dict[str, str], local_numbers: Path, tmp_path: Path
+    ) -> None:
+        args = ("--number-column", "Telefone", "--max-invalid")
+        over = await dispatch_async(
+            *send_args(local_numbers, tmp_path / "a.jsonl", *args, "50"), env=env
+        )
+        assert over.code == 1
+        assert over.stderr.strip().splitlines()[-1] == (
+            "too many rejected: 40 of the job's 50 lines are invalid (80.0%, over "
+            "--max-invalid 50%)"
+        )
+        under = await dispatch_async(
+            *send_args(local_numbers, tmp_path / "b.jsonl", *args, "80"), env=env
+        )
+        assert under.code == 0, under.stderr
+        assert "too many rejected" not in under.stderr
+
+
 # -- resume without retyping -----------------------------------------------------------
 
 
@@ -310,24 +396,20 @@ class TestResumeWithoutFlags:
         source = tmp_path / "contatos.csv"
         expected = excel_export(source, 20_000)
         out = tmp_path / "r.jsonl"
-        server.latency = 0.02  # requests are in flight when the kill lands
-        process = await asyncio.create_subprocess_exec(
-            *COMMAND, "send", "template", "--template-id", "pix", "-i", str(source),
-            "-o", str(out), "--number-column", "TELEFONE", "--chunk-size", "500",
-            "--concurrency", "4", "-q",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        await killed_with_a_request_in_flight(
+            server, env,
+            "send", "template", "--template-id", "pix", "-i", source, "-o", out,
+            "--number-column", "TELEFONE", "--chunk-size", "500", "--concurrency", "4", "-q",
+            records=2000,
         )  # fmt: skip
-        await wait_for_records(out, 2000, process)
-        process.kill()
-        await process.wait()
-        server.latency = 0
 
         resumed = await dispatch_async("send", "--resume", "-o", out, "-q", env=env)
-        assert resumed.code in (0, 1), resumed.stderr  # 1: lines in flight stay maybe_sent
+        assert resumed.code == 1, resumed.stderr  # the lines in flight stay maybe_sent
         found = by_line(out)
         assert {line: record["number"] for line, record in found.items()} == expected
         sent = {r["number"] for r in found.values() if r["outcome"] == "sent"}
         maybe = {r["number"] for r in found.values() if r["outcome"] == "maybe_sent"}
+        assert maybe, "the kill left chunks in flight, recorded maybe_sent"
         assert len(sent) + len(maybe) == 20_000
         assert not server.stats.duplicates, "no number was received twice"
         assert sent <= set(server.stats.received) <= sent | maybe
@@ -489,6 +571,25 @@ class TestExport:
         export = await dispatch_async("export", out, "-i", source, env=env)
         assert export.code == 0, export.stderr
         assert export.stdout == "".join(lines[:2])
+
+    async def test_format_reads_the_input_as_told_whatever_its_name(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.csv"  # JSON lines, in a file named as a CSV
+        lines = [f'{{"number": "{n}"}}\n' for n in numbers(4)]
+        source.write_text("".join(lines), encoding="utf-8")
+        out = tmp_path / "r.jsonl"
+        server.script(Fault.status(503))
+        args = send_args(source, out, "--chunk-size", "2", "--concurrency", "1", "--attempts", "1")
+        assert (await dispatch_async(*args, "--format", "jsonl", env=env)).code == 1
+        assert server.stats.received == Counter(numbers(4)[2:])
+
+        by_name = await dispatch_async("export", "-o", out, "-i", source, env=env)
+        told = await dispatch_async("export", "-o", out, "-i", source, "--format", "jsonl", env=env)
+        assert told.code == 0, told.stderr
+        assert told.stdout == "".join(lines[:2])
+        # By its name the file is a CSV: its lines are then rows, quoted as CSV.
+        assert by_name.stdout.startswith('"{""number"": ')
 
     async def test_without_a_journal_the_input_must_be_given_and_no_file_is_overwritten(
         self, server: FakeDispatchServer, env: dict[str, str], excel: Path, tmp_path: Path

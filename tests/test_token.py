@@ -71,13 +71,13 @@ class TestRefreshAhead:
     async def test_a_failing_refresh_keeps_the_old_token_in_use(
         self, server: FakeDispatchServer, caplog: pytest.LogCaptureFixture
     ) -> None:
-        server.token_lifetime = 4.0
+        server.token_lifetime = 6.0  # both failed rounds end before the 0.5 s of safety
         policy = da.RetryPolicy(wait=False, attempts=2)
         async with session_for(server, retry=policy) as session:
             await session.send_template([NUMBER], template_id="t")
             server.script_token(*[Fault.status(503)] * 20)
             # Two failed rounds of refresh (two attempts each); sends keep working.
-            await server.wait_until(lambda: server.stats.token_calls >= 4, timeout=6.0)
+            await server.wait_until(lambda: server.stats.token_calls >= 4, timeout=8.0)
             result = await session.send_template([NUMBER], template_id="t")
             assert result.ok
             assert "refreshing the access token failed" in caplog.text

@@ -65,6 +65,12 @@ class _JobFailure(click.ClickException):
     exit_code = 1
 
 
+def _failure(problem: Problem) -> click.ClickException:
+    """The click exception that prints *problem* as one ``Error:`` line, with its code."""
+    failure = _UsageFailure if problem.exit_code == 2 else _JobFailure
+    return failure(problem.message)
+
+
 # -- the commands --------------------------------------------------------------------
 
 
@@ -351,7 +357,7 @@ def _send(target: Target | None, options: dict[str, Any]) -> None:
         try:
             target, options = resumed(click.get_current_context(), target, options, send.commands)
         except Problem as problem:
-            raise _UsageFailure(problem.message) from None
+            raise _failure(problem) from None
     assert target is not None
     if not options["input_path"]:
         raise click.UsageError("Missing option '-i' / '--input'.")
@@ -375,6 +381,7 @@ _NOT_QUEUED = (
     "exclude",
     "deadline",
     "dry_run",
+    "max_invalid",
 )
 
 
@@ -422,6 +429,7 @@ def _spec(target: Target, options: dict[str, Any]) -> JobSpec:
         resume=options["resume"],
         resend_maybe_sent=options["resend_maybe_sent"],
         exclude=options["exclude"],
+        max_invalid=options["max_invalid"],
         display=Display(
             title=f"dispatch-async send {target.endpoint}",
             quiet=options["quiet"],
@@ -445,6 +453,5 @@ def _exit(run: Callable[[], int]) -> None:
     try:
         code = run()
     except Problem as problem:
-        failure = _UsageFailure if problem.exit_code == 2 else _JobFailure
-        raise failure(problem.message) from None
+        raise _failure(problem) from None
     raise SystemExit(code)

@@ -52,7 +52,7 @@ import orjson
 
 from .recorded import Recorded, fingerprints, new_record
 from .rows import Row
-from .spec import Problem
+from .spec import DISK_ERRORS, FAILED, USAGE, Problem
 
 try:
     import fcntl
@@ -162,7 +162,9 @@ class JobFiles:
             self.close()
             if isinstance(exc, OSError):
                 where = exc.filename or self.output
-                raise Problem(f"cannot use {where}: {exc.strerror}") from exc
+                # A failing disk is a write error (exit 1), not a usage error.
+                code = FAILED if exc.errno in DISK_ERRORS else USAGE
+                raise Problem(f"cannot use {where}: {exc.strerror}", code) from exc
             raise
         return recorded
 
@@ -261,8 +263,8 @@ def journal_path(output: Path) -> Path:
 def stored_options(output: Path) -> dict[str, object] | None:
     """The options the job writing *output* was started with, if its journal has them.
 
-    None for a journal from before options were stored, and for a header torn by a kill
-    (nothing was sent under it: ``start`` writes it again).
+    None for a journal from before options were stored, and for a header torn by a kill,
+    or never written (nothing was sent under it: ``start`` writes it again).
 
     Raises:
         FileNotFoundError: *output* has no journal (the job finished, or never started).
@@ -272,7 +274,7 @@ def stored_options(output: Path) -> dict[str, object] | None:
     with open(path, "rb") as stream:
         header = stream.readline(1 << 20)
     if header.rstrip(b"\n") == _HEADER_V1 or (
-        header.startswith(_MAGIC) and not header.endswith(b"\n")
+        _MAGIC.startswith(header[: len(_MAGIC)]) and not header.endswith(b"\n")
     ):
         return None
     if not _is_header(header.rstrip(b"\n")) or not header.endswith(b"\n"):
@@ -387,14 +389,21 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _sync_dir(path: Path) -> None:
-    """Make a file's creation, rename or removal durable (POSIX; a no-op elsewhere)."""
+    """Make a file's creation, rename or removal durable (POSIX; a no-op elsewhere).
+
+    A directory that cannot be synced (Windows, some filesystems) is let be; a failing
+    disk is not: the change may not last, and a journal that vanishes resends lines.
+    """
     try:
         fd = os.open(path.parent if str(path.parent) else ".", os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows cannot open a directory
+    except OSError as exc:  # e.g. Windows cannot open a directory
+        if exc.errno in DISK_ERRORS:
+            raise
         return
     try:
         os.fsync(fd)
-    except OSError:  # pragma: no cover - some filesystems refuse
-        pass
+    except OSError as exc:  # some filesystems refuse (EINVAL)
+        if exc.errno in DISK_ERRORS:
+            raise
     finally:
         os.close(fd)

@@ -286,7 +286,14 @@ send_options = _options(
         "--region",
         envvar="DISPATCH_REGION",
         metavar="CC",
-        help="Default country for --prevalidate, e.g. BR.",
+        help="Default country for --prevalidate, e.g. BR [DISPATCH_REGION].",
+    ),
+    click.option(
+        "--max-invalid",
+        type=click.FloatRange(0, 100),
+        metavar="PERCENT",
+        help="Exit 1 when more than this percent of the job's lines are invalid (for cron "
+        "jobs: a list of local numbers sent without --prevalidate fails loudly).",
     ),
     click.option(
         "--deadline",

@@ -35,6 +35,8 @@ _SHOWN_CHUNKS = 5
 class _Count:
     rows: int = 0
     malformed: int = 0
+    #: Malformed in an earlier run too: counted, not named again.
+    again: int = 0
     interrupted: int = 0
     duplicates: int = 0
     excluded: int = 0
@@ -83,6 +85,7 @@ async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
             count.interrupted += reading.interrupted
             count.duplicates += reading.duplicates
             count.excluded += reading.excluded
+            count.again += reading.again
             for row in reading.malformed:
                 count.malformed += 1
                 if count.malformed <= SHOWN_MALFORMED:
@@ -137,8 +140,9 @@ def _counts(
 ) -> list[tuple[str, int, str]]:
     """What becomes of every input row, one reason a line: (what, how many, why)."""
     table = [("to send", count.rows - refused.total(), "")]
-    if count.malformed:
-        table.append(("refused: malformed input row", count.malformed, "recorded invalid"))
+    if count.malformed or count.again:
+        malformed = count.malformed + count.again
+        table.append(("refused: malformed input row", malformed, "recorded invalid"))
     for reason, number in sorted(refused.items(), key=lambda item: (-item[1], item[0])):
         screen = _SCREENS.get(reason, "--prevalidate")
         table.append((f"refused: {reason}", number, f"{screen}; recorded invalid"))

@@ -2,17 +2,20 @@
 
 On a terminal the progress is a tqdm bar; in a log (stderr not a terminal), or on a
 terminal that says it has no columns (a bare pty, some CI consoles: a bar there is
-empty) it is a plain line every few seconds; with ``--quiet`` there is none. Notes (a
-malformed row, "stopping") go through the progress so they never break the bar.
+empty) it is a plain line every few seconds; with ``--quiet`` there is none. Either
+shows the whole job's lines (empty rows included: the total counts them) and its sent /
+invalid / failed so far. Notes (a malformed row, a cause of failure, "stopping") go
+through the progress so they never break the bar.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -25,6 +28,7 @@ __all__ = [
     "NoteHandler",
     "Progress",
     "Tally",
+    "logging_to",
     "make_progress",
     "render_summary",
 ]
@@ -43,15 +47,31 @@ class Progress(Protocol):
         """Leave the display in its final state."""
 
 
+#: The whole job's counts so far, as the progress shows them.
+Status = Callable[[], Counter[str]]
+
+
 def make_progress(
-    *, quiet: bool, total: int | None, initial: int, every: float, stream: TextIO
+    *,
+    quiet: bool,
+    total: int | None,
+    initial: int,
+    every: float,
+    stream: TextIO,
+    status: Status = Counter,
 ) -> Progress:
     """The progress display that suits *stream*: bar, plain lines, or nothing."""
     if quiet:
         return _Silent(stream)
     if stream.isatty() and _columns(stream) > 0:
-        return _Bar(total, initial, stream)
-    return _Plain(total, initial, every, stream)
+        return _Bar(total, initial, stream, status)
+    return _Plain(total, initial, every, stream, status)
+
+
+def _status(counts: Counter[str]) -> str:
+    """``"1,000 sent, 150 invalid, 50 failed"``."""
+    failed = counts["not_sent"] + counts["maybe_sent"]
+    return f"{counts['sent']:,} sent, {counts['invalid']:,} invalid, {failed:,} failed"
 
 
 def _columns(stream: TextIO) -> int:
@@ -78,8 +98,11 @@ class _Silent:
 class _Plain:
     """A line every *every* seconds: the display for logs and CI."""
 
-    def __init__(self, total: int | None, initial: int, every: float, stream: TextIO) -> None:
+    def __init__(
+        self, total: int | None, initial: int, every: float, stream: TextIO, status: Status
+    ) -> None:
         self._total = total
+        self._status = status
         self._done = initial
         self._initial = initial
         self._every = every
@@ -102,7 +125,7 @@ class _Plain:
             text += f"/{self._total:,} lines ({100 * self._done / self._total:.0f}%)"
         else:
             text += " lines"
-        text += f", {rate:,.0f}/s"
+        text += f": {_status(self._status())}; {rate:,.0f}/s"
         if self._total and rate > 0 and self._done < self._total:
             text += f", ETA {_clock((self._total - self._done) / rate)}"
         return text
@@ -117,9 +140,10 @@ class _Plain:
 class _Bar:
     """A tqdm bar: recipients done, rate, and the ETA when the total is known."""
 
-    def __init__(self, total: int | None, initial: int, stream: TextIO) -> None:
+    def __init__(self, total: int | None, initial: int, stream: TextIO, status: Status) -> None:
         from tqdm import tqdm
 
+        self._status = status
         self._tqdm: Any = tqdm
         self._bar: Any = tqdm(
             total=total,
@@ -135,6 +159,7 @@ class _Bar:
         self._stream = stream
 
     def advance(self, lines: int) -> None:
+        self._bar.set_postfix_str(_status(self._status()), refresh=False)
         self._bar.update(lines)
 
     def note(self, message: str) -> None:
@@ -161,6 +186,25 @@ class NoteHandler(logging.Handler):
             self.handleError(record)
 
 
+@contextlib.contextmanager
+def logging_to(progress: Progress, verbose: int) -> Iterator[None]:
+    """Send the SDK's log through the progress display; -v for INFO, -vv for DEBUG."""
+    logger = logging.getLogger("dispatch_async")
+    handler = NoteHandler(progress.note)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    previous = (logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous[0])
+        logger.propagate = previous[1]
+
+
 @attrs.define
 class Tally:
     """What one run did, for the summary and the exit code."""
@@ -169,6 +213,9 @@ class Tally:
     malformed: int = 0
     #: Rows whose number is on the ``--exclude`` list: recorded invalid, never sent.
     excluded: int = 0
+    #: Rows an earlier run recorded malformed that still are: recorded again, but the
+    #: earlier run's (in the whole job's counts, not this run's).
+    again: int = 0
     interrupted: int = 0
     skipped: int = 0
     #: Rows with every field empty (a spreadsheet's ``;;;`` lines): no record, no send.
@@ -197,9 +244,12 @@ def render_summary(
     output: Path | None,
     stopped: bool = False,
 ) -> str:
-    """The summary table: outcomes (this run, and the whole output on a resume), rates."""
-    totals = None if not kept else kept + tally.outcomes
-    rows = [["outcome", "this run"] + (["output"] if totals is not None else [])]
+    """The summary table: outcomes (this run, and the whole job on a resume), rates.
+
+    *kept*: the earlier runs' records that stay, by outcome; None for a new job.
+    """
+    totals = None if kept is None else kept + tally.outcomes
+    rows = [["outcome", "this run"] + (["whole job"] if totals is not None else [])]
     for outcome in OUTCOMES:
         row = [outcome, f"{tally.outcomes[outcome]:,}"]
         if totals is not None:
@@ -225,6 +275,11 @@ def render_summary(
         lines.append(f"  invalid includes {counted(tally.malformed, 'malformed input row')}")
     if tally.excluded:
         lines.append(f"  invalid includes {counted(tally.excluded, 'excluded number')} (--exclude)")
+    if tally.again:
+        lines.append(
+            f"  {tally.again:,} rows an earlier run recorded malformed still are "
+            "(recorded again; counted in the whole job)"
+        )
     if tally.interrupted:
         lines.append(
             f"  maybe_sent includes {counted(tally.interrupted, 'line')} in flight when an "

@@ -24,7 +24,9 @@ from .spec import Problem
 
 __all__ = ["Recorded", "fingerprint", "fingerprints", "new_record"]
 
-_NONE, _DONE, _PENDING, _REDO = 0, 1, 2, 3
+#: A line's state: no record; a record that stays; maybe sent by a run that died; to do
+#: again (not_sent, or maybe_sent with --resend-maybe-sent); a malformed row, read again.
+_NONE, _DONE, _PENDING, _REDO, _MALFORMED = 0, 1, 2, 3, 4
 _MARK_PENDING = bytes.maketrans(bytes([_NONE]), bytes([_PENDING]))
 _PENDING_RUNS = re.compile(re.escape(bytes([_PENDING])) + b"+")
 _CHECKED = (_DONE, _PENDING)  # lines whose number is known: the input must still hold it
@@ -53,7 +55,10 @@ def fingerprints(numbers: list[str]) -> array[int]:
 class Recorded:
     """What the output said, line by line, when the job started; empty for a new job.
 
-    ``kept`` counts the records kept per outcome; their lines are skipped. ``seen``
+    ``kept`` counts the records kept per outcome; their lines are skipped. ``redo``
+    counts the records dropped to do their line again: ``not_sent``, ``malformed``
+    (read again: a row fixed since is sent) and ``maybe_sent`` (``--resend-maybe-sent``).
+    ``seen``
     holds the numbers those records sent or tried (for ``--dedupe`` across runs).
     ``crcs`` holds the fingerprint of the number each recorded or journaled line held
     (0: not known), which the input must still hold there.
@@ -68,7 +73,7 @@ class Recorded:
     max_line: int = 0
     #: The form ``seen`` holds (the one dedupe compares), applied to what is loaded back.
     canonical: Callable[[str], str] | None = None
-    redo: int = 0
+    redo: Counter[str] = attrs.field(factory=Counter)
     duplicates: int = 0
     torn: bool = False
 
@@ -81,6 +86,10 @@ class Recorded:
         return (
             not self.resend_maybe_sent and line < len(self.status) and self.status[line] == _PENDING
         )
+
+    def was_malformed(self, line: int) -> bool:
+        """Whether *line* was a malformed row when an earlier run read it."""
+        return line < len(self.status) and self.status[line] == _MALFORMED
 
     def holds(self, line: int, number: str | None) -> bool:
         """Whether *line* may hold *number*: the one its kept record names, or (a line a
@@ -102,7 +111,13 @@ class Recorded:
 
     @property
     def done_lines(self) -> int:
+        """Lines whose record stays: skipped by this run."""
         return sum(self.kept.values())
+
+    @property
+    def recorded_lines(self) -> int:
+        """Lines the earlier runs recorded: kept, and dropped to do again."""
+        return self.done_lines + self.redo.total()
 
     @property
     def pending_lines(self) -> int:
@@ -139,15 +154,19 @@ class Recorded:
         if self.status[line] != _NONE:
             self.duplicates += 1
             return False
-        if outcome == "not_sent" or (outcome == "invalid" and reason == MALFORMED):
+        if outcome == "not_sent":
             self.status[line] = _REDO
-            self.redo += 1
+            self.redo["not_sent"] += 1
+            return False
+        if outcome == "invalid" and reason == MALFORMED:
+            self.status[line] = _MALFORMED
+            self.redo["malformed"] += 1
             return False
         self.crcs[line] = fingerprint(number)
         if outcome == "maybe_sent" and self.resend_maybe_sent:
             # Still "maybe sent" in the journal until a run reaches the line again.
             self.status[line] = _PENDING
-            self.redo += 1
+            self.redo["maybe_sent"] += 1
             return False
         self.status[line] = _DONE
         if (

@@ -23,6 +23,7 @@ from .input import MALFORMED, Row
 __all__ = [
     "OUTCOMES",
     "SHOWN_MALFORMED",
+    "Failure",
     "failed_record",
     "invalid_record",
     "malformed_note",
@@ -84,6 +85,8 @@ def failed_record(
 
 
 Explain = Callable[[da.DispatchError], tuple[str, str]]
+#: A failed row, as ``part_records`` reports it: (line, maybe_sent, error, error_type).
+Failure = tuple[int, bool, str, str]
 
 
 def _as_is(error: da.DispatchError) -> tuple[str, str]:
@@ -95,13 +98,14 @@ def part_records(
     part: da.DispatchResult,
     explain: Explain = _as_is,
     wire: Callable[[str], str] | None = None,
+    failures: list[Failure] | None = None,
 ) -> tuple[list[bytes], Counter[str]]:
     """One record per row of *part* (its sendable rows, in input order), and the counts.
 
     The SDK names each outcome by the number as given; a number can stand on several
     rows (with other vars), so repeats are matched in input order. A row the part does
     not mention (the SDK accounts for every one: this is a bug guard) is ``maybe_sent``.
-    *wire*: see ``sent_record``.
+    *wire*: see ``sent_record``. *failures* gets each row the service failed on.
     """
     if not part.failed and wire is None:
         quick = _column_records(rows, part.valid, part.invalid)
@@ -127,6 +131,8 @@ def part_records(
             line = rows[at].line
             append(failed_record(line, number, maybe_sent=maybe, error=error, error_type=kind))
             counts["maybe_sent" if maybe else "not_sent"] += 1
+            if failures is not None:
+                failures.append((line, maybe, error, kind))
     left = (
         [] if counts.total() == len(rows) else [r for at, r in enumerate(rows) if take.untaken(at)]
     )

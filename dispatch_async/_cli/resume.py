@@ -26,7 +26,7 @@ from click.core import ParameterSource
 
 from .journal import journal_path, stored_options
 from .rows import Rows
-from .spec import Problem, Target
+from .spec import DISK_ERRORS, FAILED, USAGE, Problem, Target
 
 __all__ = ["as_read", "job_options", "resumed", "stored_job"]
 
@@ -108,7 +108,8 @@ def resumed(
             f"file with: dispatch-async export {output} --input FILE -o retry.csv"
         ) from None
     except OSError as exc:
-        raise Problem(f"cannot read {journal}: {exc.strerror}") from None
+        code = FAILED if exc.errno in DISK_ERRORS else USAGE
+        raise Problem(f"cannot read {journal}: {exc.strerror}", code) from None
     if stored is None:
         if target is not None:
             return target, options

@@ -10,31 +10,37 @@ matched back to input lines and appended to the output.
 SIGINT/SIGTERM stop feeding: chunks in flight finish, rows read but not started are
 recorded ``not_sent``. A second signal stops at once: the chunks whose requests had
 started are ``maybe_sent``, the rest ``not_sent``.
+
+A token is fetched before the input is read through or any file is created: a refused
+secret or an unreachable service leaves nothing behind, so the same command works once
+it is fixed. Failures are told by cause (``causes``), not as the SDK's event lines,
+which ``-v`` shows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import orjson
 
 import dispatch_async as da
 
+from .advice import LocalNumbers, export_command, too_many_invalid
+from .causes import Causes, said
 from .exclude import ExcludeList, load_exclude
 from .input import Row, count_lines, line_bound
 from .journal import JobFiles, Recorded
-from .progress import NoteHandler, Progress, Tally, make_progress, render_summary
-from .records import SHOWN_MALFORMED, failed_record, malformed_note, part_records
+from .progress import Progress, Tally, logging_to, make_progress, render_summary
+from .records import SHOWN_MALFORMED, Failure, failed_record, malformed_note, part_records
 from .resume import as_read
 from .source import Reading, Source, check_input
 from .spec import FAILED, OK, JobSpec, Problem, dedupe_key, sent_as
-from .words import counted
 
 __all__ = ["run_send"]
 
@@ -55,6 +61,10 @@ class SendJob:
         self._source: Source | None = None
         self._progress: Progress | None = None
         self.tally = Tally()
+        self.causes = Causes()
+        self.local = LocalNumbers(spec.settings)
+        #: The earlier runs' records that stay (a resume's), malformed rows still so included.
+        self.kept: Counter[str] = Counter()
         self._fed: dict[int, Row] = {}  # by position: handed to the SDK, not yet recorded
         self._announced: dict[int, range] = {}  # chunks that may have left, by first position
         self._unfed: list[Row] = []
@@ -66,10 +76,15 @@ class SendJob:
         self._shown_malformed = 0
         self._wire = sent_as(spec.settings)
 
-    def begin(self, source: Source, progress: Progress) -> None:
+    def begin(self, source: Source, progress: Progress, kept: Counter[str]) -> None:
         """Attach the reading side; ``messages()`` is only iterated after this."""
         self._source = source
         self._progress = progress
+        self.kept = kept
+
+    def counts(self) -> Counter[str]:
+        """The whole job's outcomes so far: the earlier runs' and this one's."""
+        return self.kept + self.tally.outcomes
 
     @property
     def progress(self) -> Progress:
@@ -112,20 +127,30 @@ class SendJob:
         The fsync runs in a thread: requests already in flight are answered meanwhile.
         """
         rows = list(map(self._fed.__getitem__, positions))
-        await asyncio.to_thread(self._files.cover, rows)
+        try:
+            await asyncio.to_thread(self._files.cover, rows)
+        except OSError as exc:
+            # The SDK reports only that the hook failed: say which file, and why.
+            where = self._files.journal
+            self._failure = Problem(f"cannot write {where}: {exc.strerror or exc}", FAILED)
+            raise
         self._announced[positions.start] = positions
 
     def _settle(self, batch: Reading) -> None:
         tally = self.tally
         tally.skipped += batch.skipped
+        tally.empty += batch.empty
         if batch.records:
             self._files.append(batch.records)
             tally.outcomes["invalid"] += len(batch.malformed) + batch.duplicates + batch.excluded
             tally.excluded += batch.excluded
             tally.outcomes["maybe_sent"] += batch.interrupted
             tally.malformed += len(batch.malformed)
+            tally.again += batch.again
+            self.kept["invalid"] += batch.again
             tally.interrupted += batch.interrupted
-            self.progress.advance(len(batch.records))
+        if batch.records or batch.empty:
+            self.progress.advance(len(batch.records) + batch.empty)
         for row in batch.malformed:
             self._shown_malformed += 1
             if self._spec.display.quiet or self._shown_malformed > SHOWN_MALFORMED:
@@ -140,13 +165,21 @@ class SendJob:
         pop = self._fed.pop
         rows = [pop(position) for position in part.positions]
         self._announced.pop(part.positions.start, None)
-        records, counts = part_records(rows, part, self._explain, self._wire)
+        failures: list[Failure] = []
+        records, counts = part_records(rows, part, self._explain, self._wire, failures)
         tally = self.tally
         tally.outcomes.update(counts)
         tally.requests += part.requests
         tally.retries += part.retries
         tally.unexpected += len(part.unexpected)
         self._files.append(records)
+        if part.invalid:
+            self.local.add(part.invalid)
+        if failures:
+            notes = self.causes.add(failures)
+            if not self._spec.display.quiet:
+                for note in notes:
+                    self.progress.note(note)
         self.progress.advance(len(records))
 
     def _explain(self, error: da.DispatchError) -> tuple[str, str]:
@@ -155,6 +188,8 @@ class SendJob:
             return f"the job was {cause} before this was sent", "Interrupted"
         if isinstance(error, da.InputError) and cause is not None and cause is self._failure:
             return f"the job stopped before this was sent: {cause}", "Interrupted"
+        if isinstance(error, da.ClientStatusError) and error.body:
+            return f"{error}: {said(error.body)}", type(error).__name__
         return str(error), type(error).__name__
 
     def _unaccounted(self, rows: Iterable[Row], *, maybe_sent: bool) -> list[bytes]:
@@ -203,8 +238,9 @@ class SendJob:
         records += self._unaccounted(self._unfed, maybe_sent=False)
         self._fed.clear()
         self._unfed = []
-        self._files.append(records)
-        self.progress.advance(len(records))
+        if records:
+            self._files.append(records)
+            self.progress.advance(len(records))
         self.tally.ended = time.monotonic()
         return ended
 
@@ -265,7 +301,9 @@ async def run_send(spec: JobSpec) -> int:
         raise Problem("--output FILE is required: the results file, which --resume reads back")
     if not spec.connection.account:
         raise Problem("no account: set DISPATCH_ACCOUNT or pass --account")
-    session = spec.connection.session(**spec.connection.rate_options())
+    # The SDK's event lines only with -v: the terminal gets each cause of failure once.
+    hooks = () if display.verbose <= 0 else None
+    session = spec.connection.session(hooks=hooks, **spec.connection.rate_options())
     rows = spec.input.open()
     stored = None if spec.job_options is None else orjson.dumps(as_read(spec.job_options, rows))
     files = JobFiles(spec.output, max_line=line_bound(spec.input.path), options=stored)
@@ -283,6 +321,7 @@ async def run_send(spec: JobSpec) -> int:
                 )
             except da.DispatchError as exc:
                 raise Problem(str(exc)) from None
+            await _check_credentials(session)
             exclude = await load_exclude(spec)
             recorded = files.start(
                 resume=spec.resume,
@@ -302,15 +341,18 @@ async def run_send(spec: JobSpec) -> int:
                 initial=recorded.done_lines,
                 every=display.progress_every,
                 stream=display.err,
+                status=job.counts,
             )
-            job.begin(Source(rows, recorded, spec.output, exclude), progress)
+            job.begin(
+                Source(rows, recorded, spec.output, exclude), progress, Counter(recorded.kept)
+            )
             if not display.quiet:
                 progress.note(_intro(spec, recorded))
                 if rows.layout is not None:
                     progress.note(f"input encoding: {rows.layout.encoding.describe()}")
                 if exclude is not None:
                     progress.note(exclude.describe())
-            with _logging_to(progress, display.verbose):
+            with logging_to(progress, display.verbose):
                 # Only a run that returned can be complete: any exception (a write error, a
                 # bug) leaves the journal, so --resume settles what may have been sent.
                 ended_normally = False
@@ -320,8 +362,7 @@ async def run_send(spec: JobSpec) -> int:
                 finally:
                     progress.close()
                     files.finish(complete=ended_normally and job.complete)
-            job.tally.empty = rows.empty
-            return _conclude(spec, job, recorded, ended)
+            return _conclude(spec, job, ended)
     except OSError as exc:
         raise Problem(f"cannot write {spec.output}: {exc.strerror or exc}", FAILED) from None
     finally:
@@ -331,6 +372,16 @@ async def run_send(spec: JobSpec) -> int:
             exclude.close()
 
 
+async def _check_credentials(session: da.DispatchSession) -> None:
+    """A token now, before the input is read or a file created (Problem if none)."""
+    try:
+        await session.check_credentials()
+    except da.AuthenticationError as exc:  # a refused secret, or this caller (403)
+        raise Problem(f"{exc}; nothing was sent or written") from None
+    except da.DispatchError as exc:  # the token endpoint could not be reached
+        raise Problem(f"{exc}; nothing was sent or written", FAILED) from None
+
+
 def _intro(spec: JobSpec, recorded: Recorded) -> str:
     connection = spec.connection
     text = (
@@ -338,7 +389,18 @@ def _intro(spec: JobSpec, recorded: Recorded) -> str:
         f"(account {connection.account}), from {spec.input.path}, results in {spec.output}"
     )
     if spec.resume:
-        text += f"\nresuming: {counted(recorded.done_lines, 'line')} already recorded"
+        redo = recorded.redo
+        text += (
+            f"\nresuming: input lines recorded by earlier runs: {recorded.recorded_lines:,}; "
+            f"kept and skipped: {recorded.done_lines:,}"
+        )
+        for what, count in (
+            ("not_sent, sent again", redo["not_sent"]),
+            ("malformed, read again (a fixed row is sent)", redo["malformed"]),
+            ("maybe_sent, sent again (--resend-maybe-sent)", redo["maybe_sent"]),
+        ):
+            if count:
+                text += f"; {what}: {count:,}"
         if recorded.pending_lines:
             text += (
                 "; lines a killed run may have sent are sent again (--resend-maybe-sent)"
@@ -350,17 +412,25 @@ def _intro(spec: JobSpec, recorded: Recorded) -> str:
     return text
 
 
-def _conclude(
-    spec: JobSpec, job: SendJob, recorded: Recorded, ended: da.DispatchError | None
-) -> int:
+def _conclude(spec: JobSpec, job: SendJob, ended: da.DispatchError | None) -> int:
     """Print the summary and what went wrong; the exit code (or Problem for 2)."""
     tally = job.tally
     err = spec.display.err
-    kept = recorded.kept if spec.resume else None
     summary = render_summary(
-        spec.display.title, tally, kept=kept, output=spec.output, stopped=bool(job.stopped)
+        spec.display.title,
+        tally,
+        kept=job.kept if spec.resume else None,
+        output=spec.output,
+        stopped=bool(job.stopped),
     )
     print(summary, file=err)
+    if job.causes:
+        print("\n".join(job.causes.summary()), file=err)
+    local = job.local.advice()
+    if local is not None and spec.output is not None:
+        print(local, file=err)
+        again = export_command(spec.output, "invalid", spec.input.path)
+        print(f"  to send the rows rejected: {again}, then send that file as a new job", file=err)
     if isinstance(ended, da.AuthenticationError):
         raise Problem(str(ended))
     failure = job.failure
@@ -378,7 +448,8 @@ def _conclude(
             f"{why} after input line {job.last_line:,}: run again with --resume to continue",
             file=err,
         )
-    totals = recorded.kept + tally.outcomes
+    totals = job.counts()
+    code = OK if job.complete and ended is None else FAILED
     not_sent, maybe_sent = totals["not_sent"], totals["maybe_sent"]
     if not_sent or maybe_sent:
         hint = "; --resume sends the not_sent ones again" if not_sent else ""
@@ -387,24 +458,17 @@ def _conclude(
             f'(see "outcome" in {spec.output}){hint}',
             file=err,
         )
-        return FAILED
-    return OK if job.complete and ended is None else FAILED
-
-
-@contextlib.contextmanager
-def _logging_to(progress: Progress, verbose: int) -> Iterator[None]:
-    """Send the SDK's log through the progress display; -v for INFO, -vv for DEBUG."""
-    logger = logging.getLogger("dispatch_async")
-    handler = NoteHandler(progress.note)
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
-    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    previous = (logger.level, logger.propagate)
-    logger.addHandler(handler)
-    logger.setLevel(level)
-    logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(previous[0])
-        logger.propagate = previous[1]
+        code = FAILED
+    if maybe_sent and spec.output is not None:
+        print(
+            "maybe_sent rows may have reached the service: check them before sending them "
+            "again (they may arrive twice); "
+            f"{export_command(spec.output, 'maybe_sent', spec.input.path)} writes them out "
+            "as an input of their own",
+            file=err,
+        )
+    too_many = too_many_invalid(totals, spec.max_invalid)
+    if too_many is not None:
+        print(too_many, file=err)
+        code = FAILED
+    return code

@@ -7,7 +7,7 @@ runs in a worker thread, so a slow stdin never stalls the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -15,7 +15,7 @@ import attrs
 import dispatch_async as da
 
 from .exclude import ExcludeList
-from .input import Row, UnreadableInput, is_regular_file
+from .input import Row, Rows, UnreadableInput, is_regular_file
 from .journal import Recorded
 from .records import failed_record, invalid_record, malformed_record
 from .spec import InputSpec, Problem
@@ -25,11 +25,18 @@ __all__ = ["Reading", "Source", "changed_line", "check_input"]
 
 @attrs.define
 class Reading:
-    """What one read gave: rows to send (at most a chunk) and lines settled at once."""
+    """What one read gave: rows to send (at most a chunk) and lines settled at once.
+
+    ``malformed`` are the rows found malformed by this run; ``again`` counts those an
+    earlier run had recorded malformed already (recorded again, not told again).
+    ``empty`` counts rows with every field empty: no record.
+    """
 
     rows: list[Row] = attrs.field(factory=list)
     records: list[bytes] = attrs.field(factory=list)
     malformed: list[Row] = attrs.field(factory=list)
+    again: int = 0
+    empty: int = 0
     interrupted: int = 0
     duplicates: int = 0
     excluded: int = 0
@@ -45,11 +52,12 @@ class Source:
 
     def __init__(
         self,
-        rows: Iterable[Row],
+        rows: Rows,
         recorded: Recorded,
         output: Path | None,
         exclude: ExcludeList | None = None,
     ) -> None:
+        self._input = rows
         self._rows: Iterator[Row] = iter(rows)
         self._recorded = recorded
         self._output = output
@@ -58,7 +66,9 @@ class Source:
 
     def read(self, size: int) -> Reading:
         """Up to *size* rows to send; also stops after many settled lines, to stay small."""
+        empty = self._input.empty
         batch = self._read(size)
+        batch.empty = self._input.empty - empty
         if self._exclude is not None and batch.rows:
             _drop_excluded(batch, self._exclude)
         return batch
@@ -82,7 +92,10 @@ class Source:
                 batch.skipped += 1
             elif row.message is None:
                 settled.append(malformed_record(row))
-                batch.malformed.append(row)
+                if recorded.was_malformed(line):
+                    batch.again += 1
+                else:
+                    batch.malformed.append(row)
             elif recorded.is_pending(line):
                 settled.append(
                     failed_record(

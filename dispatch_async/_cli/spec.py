@@ -6,6 +6,7 @@ never writes a chunk size, a concurrency or a retry count of its own.
 
 from __future__ import annotations
 
+import errno
 import inspect
 import sys
 from collections.abc import AsyncGenerator, Callable
@@ -20,6 +21,7 @@ from .input import Format, InputProblem, Rows, open_rows
 
 __all__ = [
     "DEFAULTS",
+    "DISK_ERRORS",
     "FAILED",
     "OK",
     "USAGE",
@@ -39,6 +41,9 @@ __all__ = [
 #: Exit codes: every line sent or validly rejected; some lines failed (or the job stopped
 #: early); a usage or configuration error.
 OK, FAILED, USAGE = 0, 1, 2
+#: Errors of the disk rather than of the file named: the run failed (exit 1), the usage
+#: is fine.
+DISK_ERRORS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG})
 
 Endpoint = Literal["basic", "single", "template", "webhook"]
 
@@ -280,6 +285,8 @@ class JobSpec:
     job_options: dict[str, Any] | None = None
     #: ``--exclude``: the file of numbers never to send.
     exclude: str | None = None
+    #: ``--max-invalid``: the percent of the job's lines above which invalid ones fail it.
+    max_invalid: float | None = None
 
 
 def dedupe_key(settings: SendSettings) -> Callable[[str], str] | None:

@@ -27,7 +27,14 @@ _LOGGER = "dispatch_async"
 
 
 class LoggingHook:
-    """Log each event on ``dispatch_async.events``; failures at WARNING, the rest lower."""
+    """Log each event on ``dispatch_async.events``, at a level for what it says.
+
+    What every call does (started, each chunk sent and answered, finished, tokens, the
+    learned rate) is DEBUG: a worker sending one call per task must not log a line per
+    task. Retries and pauses are INFO, and so is an attempt that failed without the
+    service acting; an attempt the service may have acted on, and a call that ended
+    with failed recipients or an error, are WARNING.
+    """
 
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self._log = logger or logging.getLogger(f"{_LOGGER}.events")
@@ -49,7 +56,10 @@ class LoggingHook:
 def _level(event: Event) -> int:
     if isinstance(event, ChunkAnswered) and event.error is not None:
         return logging.WARNING if event.maybe_sent else logging.INFO
-    if isinstance(event, Paused | RetryScheduled | CallFinished):
+    if isinstance(event, CallFinished):
+        failed = event.outcomes.get("maybe_sent", 0) + event.outcomes.get("not_sent", 0)
+        return logging.WARNING if failed or event.error is not None else logging.DEBUG
+    if isinstance(event, Paused | RetryScheduled):
         return logging.INFO
     return logging.DEBUG
 

@@ -9,13 +9,14 @@ code.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 __all__ = [
     "ENDPOINTS",
     "INVALID_NUMBER_REASON",
     "FieldError",
+    "check_template",
     "dispatch_answer",
     "is_valid_number",
     "parse_dispatch",
@@ -96,6 +97,42 @@ def parse_dispatch(endpoint: str, body: object) -> list[str]:
     if "fallback" in body:
         _check_fallback(body["fallback"])
     return _numbers(body["messages"])
+
+
+def check_template(body: dict[str, Any], templates: Mapping[str, Sequence[str]]) -> None:
+    """Refuse a ``template_id`` the account has not, or a recipient without one of its vars.
+
+    The spec shows neither answer; a 400 for the whole request, nothing acted on, is the
+    simulator's choice (as for any other field it refuses). A var counts as given when
+    the recipient's ``vars`` has its name, whatever the value; vars the template does
+    not use are accepted.
+
+    Raises:
+        FieldError: ``unknown_template`` or ``missing_var``, naming the field.
+    """
+    template_id = body.get("template_id")
+    if template_id is None:
+        return
+    needed = templates.get(template_id)
+    if needed is None:
+        known = ", ".join(map(repr, templates)) or "none"
+        raise FieldError(
+            "unknown_template",
+            f"template_id {template_id!r} is not a template of this account (templates: {known})",
+            "template_id",
+        )
+    if not needed:
+        return
+    for index, recipient in enumerate(body["messages"]):
+        given = recipient.get("vars") or {}
+        missing = [name for name in needed if name not in given]
+        if missing:
+            raise FieldError(
+                "missing_var",
+                f"messages[{index}].vars has no {', '.join(map(repr, missing))}: template "
+                f"{template_id!r} needs {', '.join(map(repr, needed))}",
+                f"messages[{index}].vars.{missing[0]}",
+            )
 
 
 def dispatch_answer(

@@ -14,10 +14,16 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from ._contract import ENDPOINTS, FieldError, dispatch_answer, parse_dispatch
+from ._contract import ENDPOINTS, FieldError, check_template, dispatch_answer, parse_dispatch
 from ._faults import Fault, FaultKind, FaultSchedule
 from ._ids import IdFactory
 from ._rate import AccountRateLimit
+from ._recorder import (
+    DEFAULT_RECORDED_BODY_BYTES,
+    DEFAULT_RECORDED_REQUESTS,
+    RecordedRequest,
+    Recorder,
+)
 from ._stats import ServerStats
 from ._tokens import IssuedTokens, TokenState
 
@@ -39,6 +45,7 @@ _SHUTDOWN_TIMEOUT: Final = 0.25
 _RELEVANT_HEADERS: Final = ("User-Agent", "X-Auth-Type", "Accept", "Content-Type")
 #: The endpoints whose messages open a conversational session (a session_id).
 _CONVERSATIONAL: Final = frozenset({"webhook", "template"})
+_OWN_PREFIX: Final = "/_"  # the simulator's own paths, not the service's: never recorded
 
 
 class _Unset(enum.Enum):
@@ -59,8 +66,9 @@ class FakeDispatchServer:
     """An in-process dispatch service on 127.0.0.1, scriptable with faults.
 
     Use it as ``async with FakeDispatchServer() as server:`` and point a client at
-    ``server.url``. Everything it saw is in ``server.stats``; faults are queued with
-    `script`, `script_for` and `script_token`.
+    ``server.url``. Everything it saw is counted in ``server.stats`` and the latest
+    requests themselves are in ``server.requests``; faults are queued with `script`,
+    `script_for` and `script_token`.
 
     The API documentation shows no error answers, so these are the simulator's, except the 403 that
     integrations of the real service report. With ``allowed_ips``, a caller from another
@@ -72,7 +80,8 @@ class FakeDispatchServer:
     unknown, expired or revoked token); 400 ``invalid_auth_type`` (X-Auth-Type other than
     JWT); 415 (body not declared JSON); 400 ``invalid_json``, ``invalid_body``,
     ``unknown_field``, ``missing_field`` or ``invalid_field``, as ``{"error", "message",
-    "field"}``. A refused request is neither acted on nor consumes a fault.
+    "field"}``; with ``templates`` as a mapping, ``unknown_template`` or ``missing_var``
+    too. A refused request is neither acted on nor consumes a fault.
 
     Args:
         client_secret: the secret the token endpoint accepts.
@@ -89,7 +98,13 @@ class FakeDispatchServer:
         random_retry_after: the ``Retry-After`` sent with random 429s.
         fast_ids: number the message ids instead of drawing them (benchmarks).
         max_body_bytes: largest request body accepted (413 beyond).
-        templates: what the templates listing returns.
+        templates: what the templates listing returns (a sequence of objects); or, as a
+            mapping of template id to the vars it needs (``{"pix_reminder": ["pixCode"]}``),
+            the account's only templates: a dispatch naming another ``template_id``, or
+            with a recipient missing one of its vars, gets 400 ``unknown_template`` or
+            ``missing_var`` (the simulator's choice: the API documentation shows
+            neither), and the listing is derived from it. Not enforced by default: any
+            template, any vars.
         jwt_tokens: issue signed JWTs with ``iat`` and ``exp`` claims (as the real service
             is inferred to, from its ``X-Auth-Type: JWT``) instead of opaque tokens.
         token_body: what the token endpoint reads: ``"form"`` (the API documentation's
@@ -103,10 +118,13 @@ class FakeDispatchServer:
             a burst of one second's worth); beyond it, 429 with ``Retry-After`` in
             seconds (decimals) and nothing acted on. None, the default, has no limit.
             Settable while serving.
+        recorded_requests: how many of the latest requests ``requests`` keeps (0: none).
+        recorded_body_bytes: bodies larger than this are recorded by their size only.
 
     Beyond the service's paths the simulator answers ``GET /_stats`` (its counters, as
-    JSON) and ``PUT /_rate_limit`` (``{"rate": R}`` or ``{"rate": null}``): they are the
-    simulator's, for tests and benchmarks of another process, not part of the service.
+    JSON), ``GET /_requests`` (``requests``, as JSON) and ``PUT /_rate_limit``
+    (``{"rate": R}`` or ``{"rate": null}``): they are the simulator's, for tests and
+    benchmarks of another process, not part of the service.
     """
 
     def __init__(
@@ -123,12 +141,14 @@ class FakeDispatchServer:
         random_retry_after: str = "0",
         fast_ids: bool = False,
         max_body_bytes: int = 64 * 1024 * 1024,
-        templates: Sequence[Mapping[str, str]] = DEFAULT_TEMPLATES,
+        templates: Sequence[Mapping[str, str]] | Mapping[str, Sequence[str]] = DEFAULT_TEMPLATES,
         rate_limit: float | None = None,
         jwt_tokens: bool = False,
         token_body: Literal["form", "json", "any"] = "form",  # noqa: S107 - not a secret
         allowed_ips: Collection[str] | None = None,
         session_ids: bool = True,
+        recorded_requests: int = DEFAULT_RECORDED_REQUESTS,
+        recorded_body_bytes: int = DEFAULT_RECORDED_BODY_BYTES,
     ) -> None:
         if token_body not in ("form", "json", "any"):
             raise ValueError(f"token_body must be form, json or any, not {token_body!r}")
@@ -140,7 +160,14 @@ class FakeDispatchServer:
         self.token_lifetime = token_lifetime
         self.expires_in = expires_in
         self.latency = latency
-        self.templates: list[Mapping[str, str]] = list(templates)
+        #: The templates a dispatch may name, with the vars each needs; None: any.
+        self.template_vars: dict[str, tuple[str, ...]] | None = None
+        self.templates: list[Mapping[str, object]] = []
+        if isinstance(templates, Mapping):
+            self.template_vars = _template_vars(templates)
+            self.templates = [_listed(name, vars_) for name, vars_ in self.template_vars.items()]
+        else:
+            self.templates = list(templates)
         self.stats = ServerStats()
         self._host = host
         self._port = port
@@ -149,6 +176,7 @@ class FakeDispatchServer:
         self._ids = IdFactory(fast=fast_ids)
         self._limit = AccountRateLimit(rate_limit)
         self._tokens = IssuedTokens()
+        self._recorder = Recorder(recorded_requests, recorded_body_bytes)
         self._state = _State.UNOPENED
         self._runner: web.AppRunner | None = None
         self._address: tuple[str, int] | None = None
@@ -301,6 +329,19 @@ class FakeDispatchServer:
         for field in attrs.fields(ServerStats):
             setattr(self.stats, field.name, getattr(fresh, field.name))
 
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """The latest requests received, oldest first, credentials removed (a copy).
+
+        Every request to the service's paths is kept as it arrived, before it is
+        authenticated, refused or faulted, so a test can check what a client sent.
+        """
+        return self._recorder.requests
+
+    def clear_requests(self) -> None:
+        """Forget the requests recorded so far."""
+        self._recorder.clear()
+
     # A bound by default, because a condition that never comes true must fail the test,
     # not hang it.
     async def wait_until(
@@ -338,6 +379,7 @@ class FakeDispatchServer:
         app.router.add_get("/api/v3/templates", self._list_templates)
         app.router.add_post("/api/v3/{endpoint:" + "|".join(ENDPOINTS) + "}", self._dispatch)
         app.router.add_get("/_stats", self._stats)
+        app.router.add_get("/_requests", self._requests)
         app.router.add_put("/_rate_limit", self._set_rate_limit)
         return app
 
@@ -358,6 +400,12 @@ class FakeDispatchServer:
             self._notify()
         try:
             try:
+                if not request.path.startswith(_OWN_PREFIX):
+                    body = None
+                    try:
+                        body = await request.read()
+                    finally:  # a body refused as too large (413) is recorded without it
+                        self._recorder.record(request.method, request.path, request.headers, body)
                 response = await handler(request)
             except web.HTTPException as exc:
                 self._count_status(exc.status, api=api)
@@ -484,6 +532,9 @@ class FakeDispatchServer:
     async def _stats(self, request: web.Request) -> web.StreamResponse:
         return _json(200, self.stats.as_json())
 
+    async def _requests(self, request: web.Request) -> web.StreamResponse:
+        return _json(200, [recorded.as_json() for recorded in self.requests])
+
     async def _set_rate_limit(self, request: web.Request) -> web.StreamResponse:
         try:
             body = orjson.loads(await request.read())
@@ -512,6 +563,8 @@ class FakeDispatchServer:
             return _json(400, {"error": "invalid_json", "message": str(exc)})
         try:
             numbers = parse_dispatch(endpoint, body)
+            if self.template_vars is not None:
+                check_template(body, self.template_vars)
         except FieldError as exc:
             return _json(400, exc.to_json())
         wait = self._limit.take(body["account"])
@@ -582,6 +635,25 @@ class FakeDispatchServer:
             except TimeoutError:
                 return
         raise _drop(request)
+
+
+def _template_vars(templates: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+    checked = {}
+    for name, needs in templates.items():
+        if not isinstance(name, str) or isinstance(needs, str | bytes):
+            raise TypeError(
+                "templates as a mapping is {template_id: [var, ...]}, e.g. "
+                f'{{"pix_reminder": ["pixCode"]}}; got {name!r}: {needs!r}'
+            )
+        checked[name] = tuple(needs)
+        if not all(isinstance(var, str) for var in checked[name]):
+            raise TypeError(f"the vars of template {name!r} must be strings: {needs!r}")
+    return checked
+
+
+def _listed(name: str, needs: tuple[str, ...]) -> dict[str, object]:
+    """A template's entry in the listing, when only its id and vars are given."""
+    return {"id": name, "name": name, "channel": "rcs", "vars": list(needs)}
 
 
 def _no_sessions(count: int) -> list[str | None]:

@@ -9,7 +9,9 @@ import gc
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
+from ._recorder import DEFAULT_RECORDED_REQUESTS
 from ._server import FakeDispatchServer
 from ._stats import ServerStats
 
@@ -62,6 +64,15 @@ def _fault_rate(text: str) -> tuple[int, float]:
         raise argparse.ArgumentTypeError(
             f"expected CODE=RATE (e.g. 429=0.02), got {text!r}"
         ) from None
+
+
+def _template(text: str) -> tuple[str, tuple[str, ...]]:
+    name, _, needs = text.partition(":")
+    if not name:
+        raise argparse.ArgumentTypeError(
+            f"expected ID[:VAR,...] (e.g. pix_reminder:pixCode), got {text!r}"
+        )
+    return name, tuple(var for var in needs.split(",") if var)
 
 
 def argument_parser(prog: str = "python -m dispatch_async.testing") -> argparse.ArgumentParser:
@@ -138,9 +149,26 @@ def argument_parser(prog: str = "python -m dispatch_async.testing") -> argparse.
         action="store_true",
         help="leave session_id out of accepted messages (the spec's bare answer)",
     )
+    parser.add_argument(
+        "--recorded-requests",
+        type=int,
+        default=DEFAULT_RECORDED_REQUESTS,
+        metavar="N",
+        help="latest requests kept for GET /_requests (default: %(default)s; 0: none)",
+    )
+    parser.add_argument(
+        "--template",
+        type=_template,
+        action="append",
+        default=[],
+        metavar="ID[:VAR,...]",
+        help="the account's only templates, with the vars each needs, repeatable: another "
+        "template_id, or a recipient without one of its vars, gets 400 (default: any)",
+    )
     parser.epilog = (
         "GET /_stats answers the simulator's counters as JSON; they are also printed to "
-        "stderr when it stops. Both are the simulator's, not part of the service."
+        "stderr when it stops. GET /_requests answers the latest requests it received "
+        "(credentials removed). Both are the simulator's, not part of the service."
     )
     return parser
 
@@ -154,6 +182,11 @@ def main(
     """
     parser = argument_parser(prog)
     args = parser.parse_args(argv)
+    optional: dict[str, Any] = {}
+    if args.expires_in is not None:
+        optional["expires_in"] = args.expires_in
+    if args.template:
+        optional["templates"] = dict(args.template)
     try:
         server = FakeDispatchServer(
             client_secret=args.secret,
@@ -170,7 +203,8 @@ def main(
             token_body=args.token_body,
             allowed_ips=args.allow_ip,
             session_ids=not args.no_session_ids,
-            **({} if args.expires_in is None else {"expires_in": args.expires_in}),
+            recorded_requests=args.recorded_requests,
+            **optional,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -409,6 +409,20 @@ async def test_redis_failures_are_one_line_without_the_password(
     assert "Redis" in err
 
 
+async def test_a_worker_serves_metrics_on_the_metrics_host_or_says_it_cannot(
+    redis_server: str, prefix: str
+) -> None:
+    # 192.0.2.1 (TEST-NET-1) is no address of this machine: binding it fails at once,
+    # and nothing is ever sent there.
+    port = str(free_port())
+    code, err = await cli(
+        "worker", "--queue", redis_server, "--key-prefix", prefix, "--burst",
+        "--metrics-port", port, "--metrics-host", "192.0.2.1", env=dict(os.environ),
+    )  # fmt: skip
+    assert code == 2, err
+    assert f"cannot serve metrics on 192.0.2.1:{port}" in err
+
+
 async def test_a_worker_serves_prometheus_metrics_that_match_what_the_service_saw(
     redis: Any, redis_server: str, prefix: str, tmp_path: Path
 ) -> None:
@@ -430,7 +444,7 @@ async def test_a_worker_serves_prometheus_metrics_that_match_what_the_service_sa
         worker = await asyncio.create_subprocess_exec(
             *COMMAND,
             *("worker", "--queue", redis_server, "--key-prefix", prefix, "--poll-delay", "0.05"),
-            *("--metrics-port", str(metrics_port)),
+            *("--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.1"),
             cwd=ROOT,
             env=worker_env(server),
             stdout=asyncio.subprocess.DEVNULL,

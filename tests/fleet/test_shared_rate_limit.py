@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio
 
 import dispatch_async as da
-from dispatch_async._redis_schedule import Schedule
+from dispatch_async._fleet.schedule import Schedule
 from dispatch_async.testing import FakeDispatchServer
 from tests.conftest import SECRET, numbers, session_for
 from tests.fleet.conftest import free_port

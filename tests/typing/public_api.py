@@ -148,3 +148,22 @@ async def learned_rate() -> None:
     learned: float | None = fleet.requests_per_second
     print(learned)
     da.DispatchSession("https://x", client_secret="s", requests_per_second="fast")  # type: ignore[arg-type]
+
+
+async def testing_the_wire_and_the_waits() -> None:
+    from dispatch_async.testing import FakeClock, FakeDispatchServer, RecordedRequest
+
+    clock = FakeClock()
+    as_a_clock: da.Clock = clock
+    policy = da.RetryPolicy(clock=as_a_clock)
+    wait: float = policy.wait_before(2, da.ConnectError("refused"))
+    async with FakeDispatchServer(recorded_requests=10, recorded_body_bytes=1024) as server:
+        received: list[RecordedRequest] = server.requests
+        for request in received:
+            endpoint: str | None = request.endpoint
+            agent: str | None = request.headers.get("User-Agent")
+            form: dict[str, str] | None = request.form
+            print(request.method, request.path, request.size, request.json, endpoint, agent, form)
+        server.clear_requests()
+    slept: list[float] = clock.sleeps
+    print(wait, slept, clock.now())

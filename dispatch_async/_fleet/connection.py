@@ -10,7 +10,7 @@ import os
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
-from ._exceptions import ConfigurationError
+from .._exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -114,7 +114,7 @@ class RedisClient:
 
     def _forget_parent(self) -> None:
         # The parent's connections are its own: neither used nor closed here.
-        from ._fork import left_by_parent
+        from .._fork import left_by_parent
 
         if self._client is not None:
             left_by_parent(self._client)

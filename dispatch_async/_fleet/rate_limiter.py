@@ -1,11 +1,11 @@
 """``RedisRateLimiter``: ``requests_per_second`` for a whole fleet of processes, in Redis.
 
-The fleet's requests keep to one schedule in Redis (`_redis_schedule`): each reserves the
+The fleet's requests keep to one schedule in Redis (`schedule`): each reserves the
 next free send time, 1/rate after the one before, first come, first served. So no second
 starts more than the rate, the service sees no bursts, and no process starves another.
 (A moving window, each process also pacing itself to the fleet's rate, let the first
 process to catch a free slot keep every later one.) With ``requests_per_second="auto"``
-the fleet learns the rate from the service's answers (`_redis_adaptive`) and the
+the fleet learns the rate from the service's answers (`learned_rate`) and the
 schedule keeps to the rate learned. With a fixed rate only the rate is shared: a 429's
 Retry-After pause stays with the process that was told (see `Throttle`).
 """
@@ -18,9 +18,10 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from ._adaptive import Aimd
-from ._exceptions import ConfigurationError
-from ._redis import (
+from .._adaptive import Aimd
+from .._exceptions import ConfigurationError
+from .._throttle import steady_limiter
+from .connection import (
     DEFAULT_KEY_PREFIX,
     check_prefix,
     check_url,
@@ -28,9 +29,8 @@ from ._redis import (
     redis_errors,
     require_redis,
 )
-from ._redis_adaptive import SharedRate
-from ._redis_schedule import Schedule
-from ._throttle import steady_limiter
+from .learned_rate import SharedRate
+from .schedule import Schedule
 
 __all__ = ["RedisRateLimiter"]
 
@@ -142,7 +142,7 @@ class RedisRateLimiter:
         if self._redis is None:
             import redis.asyncio
 
-            from ._redis import CONNECT_TIMEOUT, SOCKET_TIMEOUT
+            from .connection import CONNECT_TIMEOUT, SOCKET_TIMEOUT
 
             self._pool = redis.asyncio.ConnectionPool.from_url(
                 self.url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=SOCKET_TIMEOUT
@@ -232,7 +232,7 @@ class RedisRateLimiter:
     def _start_afresh_after_fork(self) -> None:
         # A forked child neither uses nor closes its parent's connections and pacing.
         if self._pid != os.getpid():
-            from ._fork import left_by_parent
+            from .._fork import left_by_parent
 
             left_by_parent(self._pool, self._redis, self._local)
             self._pool = self._redis = self._local = self._turn = None

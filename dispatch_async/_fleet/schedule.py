@@ -30,8 +30,8 @@ from typing import Any
 
 import attrs
 
-from ._adaptive import Aimd
-from ._retry import RetryPolicy
+from .._adaptive import Aimd
+from .._retry import RetryPolicy
 
 __all__ = ["AHEAD_SECONDS", "AHEAD_TURNS", "HOLD_SECONDS", "Schedule", "Turn"]
 

@@ -24,10 +24,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ._adaptive import Aimd, RateState
-from ._redis import redis_errors
-from ._redis_schedule import Schedule, Turn
-from ._throttle import Pace, Slot
+from .._adaptive import Aimd, RateState
+from .._throttle import Pace, Slot
+from .connection import redis_errors
+from .schedule import Schedule, Turn
 
 __all__ = ["SharedRate"]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from ._redis import DEFAULT_KEY_PREFIX, RedisClient, check_prefix, redacted_url, redis_errors
-from ._token_store import StoredToken, TokenStoreUnavailable
+from .._token_store import StoredToken, TokenStoreUnavailable
+from .connection import DEFAULT_KEY_PREFIX, RedisClient, check_prefix, redacted_url, redis_errors
 
 __all__ = ["RedisTokenStore"]
 
