@@ -24,12 +24,8 @@ import pytest
 from aiohttp import web
 
 from dispatch_async.testing import FakeDispatchServer, Fault
-from tests import test_cli
-from tests.test_cli import by_line, dispatch_async, records
+from tests.cli_helpers import by_line, dispatch_async, records
 from tests.test_spreadsheets import interrupted, raw
-
-server = test_cli.server
-env = test_cli.env
 
 DATA = Path(__file__).parent / "data" / "spreadsheets"
 #: The fixture's numbers by line, and its names as Excel wrote them.
