@@ -97,6 +97,10 @@ class TestTheSameAnswersAsPhonenumbers:
             "",
             "sem telefone",
             "9876-5432",
+            "0XX11 98765-4321",
+            "(0xx21) 3456-7890",
+            "11 98765-4321 x12",
+            "11 98765-4321/x12",
         ],
     )
     @pytest.mark.parametrize("region", ["BR", None, "br", "US"])
@@ -110,7 +114,9 @@ brazilian_numbers = st.builds(
     st.sampled_from(["", "", " ", "\t", "("]),
     st.sampled_from(["", "+55", "55", "+55 ", "55 ", "0", "0 ", "+55 0", "0055", "(+55) "]),
     st.one_of(
-        st.just(""), st.sampled_from(phone_corpus.CARRIERS).map("0{} ".format), st.just("0 ")
+        st.just(""),
+        st.sampled_from(phone_corpus.CARRIERS).map("0{} ".format),
+        st.sampled_from(["0 ", "0XX", "0 XX ", "0xx", "x", "0XXX"]),
     ),
     st.tuples(
         st.one_of(st.sampled_from(phone_corpus.AREAS), st.text("0123456789", max_size=3)),
@@ -118,7 +124,7 @@ brazilian_numbers = st.builds(
     ).map(lambda area: f"({area[0]})" if area[1] else area[0]),
     st.sampled_from(["", " ", "-", ") ", ".", "\u00a0"]),
     st.text("0123456789", min_size=0, max_size=11),
-    st.sampled_from(["", "-1234", " 4321", ".0000", " ", "\n", ")"]),
+    st.sampled_from(["", "-1234", " 4321", ".0000", " ", "\n", ")", " x12", "x1", "/x2", " X 3."]),
 )
 foreign_numbers = st.builds(
     "{}{}{}".format,
@@ -159,6 +165,10 @@ class TestTheFastPathDecidesSpreadsheetNumbers:
         numbers += [phone_corpus.foreign(rng) for _ in range(500)]
         plain = [n for n in numbers if n.isascii() or "\u00a0" in n]
         assert [n for n in plain if not decided(n, "BR")] == []
+
+    def test_the_carrier_placeholder_of_old_lists_is_decided(self) -> None:
+        for written in ["0XX11 98765-4321", "0 xx 21 3456-7890", "(0XX11) 98765-4321"]:
+            assert decided(written, "BR")
 
     def test_empty_cells_and_text_without_digits_are_decided(self) -> None:
         for junk in ["", " ", "-", "n/a", "sem telefone", "+", "não tem"]:

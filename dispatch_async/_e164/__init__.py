@@ -28,6 +28,8 @@ _SEPARATORS = b" -()./"
 _NO_BREAK_SPACE = "\u00a0"
 #: phonenumbers' ``\d``: any Unicode decimal digit. Without one, nothing is a number.
 _ANY_DIGIT = re.compile(r"\d").search
+#: An x that parse could read as an extension's label: digits after it, to the end.
+_EXTENSION = re.compile(rb"[xX]\.?[ \-]*[0-9]{1,9}[ \-().\/]*\Z")
 _UNSURE = ""  # never an answer: every E.164 number starts with "+"
 _NO_CODE = "?"  # nor this: no country code after a "+"
 
@@ -88,20 +90,24 @@ def _decide(tables: Tables, number: str, region: str | None) -> str | None:
     if len(number) > 250:
         return None  # too long to parse
     if number.isascii():
-        raw = number.encode()
+        written = number.encode()
     else:
-        text = number.replace(_NO_BREAK_SPACE, " ")
-        if not text.isascii():
+        spaced = number.replace(_NO_BREAK_SPACE, " ")
+        if not spaced.isascii():
             return None if _ANY_DIGIT(number) is None else _UNSURE
-        raw = text.encode()
+        written = spaced.encode()
     # Whitespace before a number's first digit or after its last is dropped by parse.
-    raw = raw.strip().translate(None, _SEPARATORS)
+    written = written.strip()
+    raw = written.translate(None, _SEPARATORS)
     plus = raw[:1] == b"+"
     if plus:
         raw = raw[1:]
     if not raw.isdigit():
-        # Nothing but separators, or no decimal digit at all: never a viable number.
-        return None if not raw or _ANY_DIGIT(number) is None else _UNSURE
+        kept = _without_placeholders(written, raw)
+        if kept is None:
+            # Nothing but separators, or no decimal digit at all: never a viable number.
+            return None if not raw or _ANY_DIGIT(number) is None else _UNSURE
+        raw = kept
     digits = raw.decode()
     if len(digits) < 3 and (plus or len(digits) < 2 or digits not in number):
         return None  # not viable: two digits written together, or three after a "+"
@@ -145,6 +151,21 @@ def _decide(tables: Tables, number: str, region: str | None) -> str | None:
             # Stripped once here, and again at the end of parse: the same match, if none.
             return _rest(home.calling, main, national, found is not None or main is not metadata)
     return None if plus else _rest(home.calling, metadata, digits)
+
+
+def _without_placeholders(written: bytes, raw: bytes) -> bytes | None:
+    """*raw* without the x's of "0XX11 98765-4321", where parse drops them just the same.
+
+    To parse an x is punctuation (it stands for a carrier code) unless it starts an
+    extension ("x12" at the end) or a second number ("/ x"), or is one of three letters
+    (a vanity number). None: anything else, or in doubt.
+    """
+    digits = raw.replace(b"x", b"").replace(b"X", b"")
+    if not digits.isdigit() or len(raw) - len(digits) > 2:
+        return None
+    if _EXTENSION.search(written) is not None or b"/" in written:
+        return None
+    return digits
 
 
 def _international(tables: Tables, digits: str, unknown: str | None) -> str | None:
