@@ -389,10 +389,15 @@ class _Walk:
         self.uses += 1
         if self.uses == _JOIN_AFTER:
             self.typed.join(self.size)
-        pattern = self.typed.pattern
-        if pattern(self.general).fullmatch(nsn) is None:
+        typed = self.typed
+        compiled = typed.compiled
+        general = compiled.get(self.general) or typed.pattern(self.general)
+        if general.fullmatch(nsn) is None:
             return None
-        return next((True for kind in self.kinds if pattern(kind).fullmatch(nsn) is not None), None)
+        for kind in self.kinds:
+            if (compiled.get(kind) or typed.pattern(kind)).fullmatch(nsn) is not None:
+                return True
+        return None
 
 
 Matcher = re.Pattern[str] | _Walk
