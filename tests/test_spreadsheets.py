@@ -584,8 +584,8 @@ class TestExport:
         assert (await dispatch_async(*args, "--format", "jsonl", env=env)).code == 1
         assert server.stats.received == Counter(numbers(4)[2:])
 
-        by_name = await dispatch_async("export", "-o", out, "-i", source, env=env)
-        told = await dispatch_async("export", "-o", out, "-i", source, "--format", "jsonl", env=env)
+        by_name = await dispatch_async("export", out, "-i", source, env=env)
+        told = await dispatch_async("export", out, "-i", source, "--format", "jsonl", env=env)
         assert told.code == 0, told.stderr
         assert told.stdout == "".join(lines[:2])
         # By its name the file is a CSV: its lines are then rows, quoted as CSV.
