@@ -21,6 +21,8 @@ the medians and per repetition. The corpora, all read with region
 * ``invalid``: only what is not a number (empty cells, text, wrong lengths, Excel's
   scientific notation).
 
+Then each side converts one number of each common form 5,000 times: what a form costs.
+
 Target (issue 25): at least 10x phonenumbers on ``spreadsheet``. ``run.py --only e164``
 includes it, or on its own:
 
@@ -43,6 +45,19 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET = 10.0
 CORPORA = ("spreadsheet", "foreign", "invalid")
 SIDES = ("phonenumbers", "sdk")
+#: One number of each form, converted again and again: what each form costs.
+FORMS = {
+    "(11) 98765-4321": "local mobile",
+    "11 3456-7890": "local landline",
+    "+55 11 98765-4321": "+55",
+    "55 11 98765 4321": "55",
+    "0 11 98765-4321": "trunk 0",
+    "0 15 11 98765-4321": "carrier code",
+    "0XX11 98765-4321": "0XX",
+    "+1 212 555 0123": "foreign (US)",
+    "+351 912 345 678": "foreign (PT)",
+}
+FORM_CALLS = 5000
 
 
 def _one(numbers: int, side: str) -> dict[str, Any]:
@@ -72,6 +87,12 @@ def _one(numbers: int, side: str) -> dict[str, Any]:
             tables = _e164._load()
             unsure = sum(_e164._decide(tables, n, "BR") is _e164._UNSURE for n in corpus)
             out[f"{name}_fallback"] = unsure / numbers
+    for number in FORMS:
+        convert(number, "BR")
+        cpu = time.process_time()
+        for _ in range(FORM_CALLS):
+            convert(number, "BR")
+        out[number] = (time.process_time() - cpu) / FORM_CALLS * 1e6
     return out
 
 
@@ -123,6 +144,10 @@ def measure(numbers: int, reps: int) -> dict[str, Any]:
             "cold_ratio": statistics.median(cold) / statistics.median(their_cold),
             "fallback": sdk_runs[0][f"{name}_fallback"],
         }
+    out["forms_us"] = {
+        number: {side: statistics.median(r[number] for r in runs[side]) for side in SIDES}
+        for number in FORMS
+    }
     out["raw"] = runs
     return out
 
@@ -151,6 +176,15 @@ def verdicts(result: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 f"({pairs['min']:.1f}-{pairs['max']:.1f}); first pass {r['cold_ratio']:.1f}x",
                 f">= {TARGET:g}x" if target else "info",
                 r["ratio"] >= TARGET if target else None,
+            )
+        )
+    for number, t in result["forms_us"].items():
+        rows.append(
+            (
+                f"to_e164 {number!r} ({FORMS[number]}): us, SDK / phonenumbers",
+                f"{t['sdk']:.1f} / {t['phonenumbers']:.0f} ({t['phonenumbers'] / t['sdk']:.0f}x)",
+                "info",
+                None,
             )
         )
     per_1000 = {side: 1_000_000 / result["spreadsheet"][side]["median"] for side in SIDES}

@@ -53,6 +53,7 @@ from ._models import (
 from ._plan import PlannedChunk, plan
 from ._retry import RetryPolicy
 from ._screen import DUPLICATE as DUPLICATE_REASON
+from ._screen import EXCLUDED as EXCLUDED_REASON
 from ._session import DispatchSession
 from ._version import __version__
 
@@ -60,6 +61,7 @@ __all__ = [
     "BASIC_TEXT_MAX_BYTES",
     "DEFAULT_KEY_PREFIX",
     "DUPLICATE_REASON",
+    "EXCLUDED_REASON",
     "MONOTONIC",
     "AuthenticationError",
     "BatchOptions",

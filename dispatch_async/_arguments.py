@@ -9,7 +9,7 @@ uses them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Set
 
 import aiohttp
 import attrs
@@ -110,6 +110,11 @@ ARGUMENTS: Mapping[str, Argument] = {
     "prevalidate": Argument("True or False", _instance(bool)),
     "region": Argument('a region code such as "BR", or None', _instance(str), optional=True),
     "deadline": Argument("a positive number of seconds, or None", _positive, optional=True),
+    "exclude": Argument(
+        "a set of numbers (not a list: each lookup would read it all), a callable, or None",
+        lambda value: isinstance(value, Set) or (callable(value) and not isinstance(value, type)),
+        optional=True,
+    ),
     "on_progress": Argument("a callable, or None", callable, optional=True),
     "before_send": Argument("a coroutine function, or None", callable, optional=True),
 }

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence, Set
 from typing import Any, TypedDict, cast
 
 import attrs
@@ -76,6 +76,12 @@ class BatchSettings:
     """Seconds for the whole call. When they pass, the requests in flight are cancelled
     and the call returns: recipients not answered are failed (maybe sent if their
     request had left). None: no deadline."""
+    exclude: Set[str] | Callable[[str], object] | None = attrs.field(default=None, hash=False)
+    """Numbers never to send (an opt-out list): a set, or a callable that returns True for
+    one. Compared with the number as it would be sent (E.164 with ``prevalidate``, else
+    as given); excluded recipients are `InvalidMessage` values with the reason
+    `EXCLUDED_REASON`. A callable that raises stops the job with `CallbackError`, as
+    ``before_send`` does."""
     on_progress: ProgressCallback | None = None
     """Called with (recipients done, total or None) as each chunk completes."""
     before_send: BeforeSend | None = None
@@ -94,6 +100,7 @@ class BatchOptions(TypedDict, total=False):
     prevalidate: bool
     region: str | None
     deadline: float | None
+    exclude: Set[str] | Callable[[str], object] | None
     on_progress: ProgressCallback | None
     before_send: BeforeSend | None
 
@@ -133,9 +140,7 @@ class Batcher:
         self._settings = settings
         self._send = send
         self._stop_on = stop_on
-        self._screen = Screen(
-            dedupe=settings.dedupe, prevalidate=settings.prevalidate, region=settings.region
-        )
+        self._screen = Screen.of(settings)
         self.total = len(recipients) if isinstance(recipients, Sequence) else None
         self._sequence = isinstance(recipients, Sequence)
         self._chunks = chunked(recipients, settings.chunk_size)
@@ -164,7 +169,13 @@ class Batcher:
             while True:
                 expired = deadline_at is not None and loop.time() >= deadline_at
                 while queued and len(running) < settings.max_concurrency and not (stop or expired):
-                    chunk = await self._screen.apply(queued.popleft())
+                    chunk = queued.popleft()
+                    try:
+                        chunk = await self._screen.apply(chunk)
+                    except CallbackError as error:
+                        stop = error
+                        yield result_from_error(chunk, error)
+                        break
                     flight = Flight(self._announcer(chunk.positions))
                     task = loop.create_task(self._send(chunk, flight))
                     running[task] = (chunk, flight)

@@ -316,9 +316,10 @@ class DispatchResult:
         """One line for a log: the outcome counts of this result."""
         c = self.counts
         return (
-            f"{len(self.positions)} recipients: {c['valid']} sent, {c['invalid']} invalid, "
-            f"{c['failed']} failed ({c['maybe_sent']} maybe sent, {c['not_sent']} not sent); "
-            f"{self.requests} requests, {self.retries} retries"
+            f"{_counted(len(self.positions), 'recipient')}: {c['valid']} sent, "
+            f"{c['invalid']} invalid, {c['failed']} failed ({c['maybe_sent']} maybe sent, "
+            f"{c['not_sent']} not sent); {_counted(self.requests, 'request')}, "
+            f"{_counted(self.retries, 'retry', 'retries')}"
         )
 
     def raise_for_failures(self) -> DispatchResult:
@@ -445,3 +446,8 @@ def _joined(parts: list[Sequence[_S]]) -> Sequence[_S]:
     if not parts:
         return ()
     return parts[0] if len(parts) == 1 else Joined(parts)
+
+
+def _counted(count: int, singular: str, plural: str | None = None) -> str:
+    """ "1 request", "2 requests" (the command line has its own: it uses public names only)."""
+    return f"{count} {singular if count == 1 else plural or singular + 's'}"

@@ -52,7 +52,7 @@ async def plan(
     """Check and screen *recipients* chunk by chunk as a send would; send nothing.
 
     Takes the batcher options of a send (``chunk_size``, ``dedupe``, ``prevalidate``,
-    ``region``; the others have nothing to do without sending). A bad recipient raises
+    ``region``, ``exclude``; the others have nothing to do without sending). A bad recipient raises
     ``InvalidRecipientError`` as it would in a send: for a list before the first chunk,
     for a stream after the chunks read before it. With *basic_text*, the text of a
     ``send_basic``, a text too long for RCS basic gives a ``UserWarning``
@@ -62,9 +62,7 @@ async def plan(
         warnings.warn(warning, UserWarning, stacklevel=2)
     settings = BatchSettings(**options)
     check_shape(recipients)
-    screen = Screen(
-        dedupe=settings.dedupe, prevalidate=settings.prevalidate, region=settings.region
-    )
+    screen = Screen.of(settings)
     async with contextlib.aclosing(chunked(recipients, settings.chunk_size)) as chunks:
         try:
             async for chunk in chunks:

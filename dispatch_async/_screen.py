@@ -1,6 +1,7 @@
-"""Local checks that keep recipients from ever leaving the machine: dedupe, phone numbers.
+"""Local checks that keep recipients from ever leaving the machine: phone numbers, an
+exclude list (opt-outs), dedupe.
 
-Both are opt-in. Rejects land in the result's ``invalid`` with a reason, exactly as if
+All are opt-in. Rejects land in the result's ``invalid`` with a reason, exactly as if
 the service had refused them, but no request carries them.
 """
 
@@ -8,23 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from collections.abc import Callable, Set
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
 from ._e164 import to_e164
+from ._exceptions import CallbackError
 from ._recipients import Chunk
 from ._wire import encodable
 
+if TYPE_CHECKING:
+    from ._batch import BatchSettings
+
 __all__ = [
     "DUPLICATE",
+    "EXCLUDED",
     "LOCALLY_INVALID",
     "UNENCODABLE",
+    "Exclude",
     "Screen",
     "without_unencodable",
 ]
 
+#: Numbers never to send: a set, or a callable that says True for one.
+Exclude: TypeAlias = "Set[str] | Callable[[str], object]"
+
 DUPLICATE = "duplicate"
+EXCLUDED = "excluded"
 LOCALLY_INVALID = "number must be a valid phone number (checked locally)"
 UNENCODABLE = "text that is not valid UTF-8 (a lone surrogate): it cannot be sent"
 
@@ -37,16 +49,36 @@ _CLOCK_EVERY = 16
 class Screen:
     """The local checks of one job; it remembers the numbers seen for dedupe."""
 
-    def __init__(self, *, dedupe: bool, prevalidate: bool, region: str | None) -> None:
+    def __init__(
+        self,
+        *,
+        dedupe: bool,
+        prevalidate: bool,
+        region: str | None,
+        exclude: Exclude | None = None,
+    ) -> None:
         self._seen: set[str] | None = set() if dedupe else None
         self._prevalidate = prevalidate
         self._region = region
+        self._excluded: Callable[[str], object] | None = (
+            exclude.__contains__ if isinstance(exclude, Set) else exclude
+        )
         if prevalidate:
             to_e164("+5511987654321")  # fails early, with the install hint, without the extra
 
+    @classmethod
+    def of(cls, settings: BatchSettings) -> Screen:
+        """The checks *settings* ask for."""
+        return cls(
+            dedupe=settings.dedupe,
+            prevalidate=settings.prevalidate,
+            region=settings.region,
+            exclude=settings.exclude,
+        )
+
     @property
     def active(self) -> bool:
-        return self._seen is not None or self._prevalidate
+        return self._seen is not None or self._prevalidate or self._excluded is not None
 
     async def apply(self, chunk: Chunk) -> Chunk:
         """The chunk with local rejects moved to ``rejected`` and numbers in E.164.
@@ -76,6 +108,9 @@ class Screen:
                     rejected.append((number, LOCALLY_INVALID, position))
                     continue
                 wire_number = e164
+            if self._excluded is not None and self._is_excluded(wire_number):
+                rejected.append((number, EXCLUDED, position))
+                continue
             if self._seen is not None:
                 if wire_number in self._seen:
                     rejected.append((number, DUPLICATE, position))
@@ -94,6 +129,16 @@ class Screen:
             rejected=rejected,
             where=where if len(where) < len(chunk.messages) else chunk.where,
         )
+
+    def _is_excluded(self, number: str) -> bool:
+        assert self._excluded is not None
+        try:
+            return bool(self._excluded(number))
+        except Exception as exc:
+            # Never the number: it is personal data, and this message may be logged.
+            raise CallbackError(
+                f"exclude raised {type(exc).__name__}; this chunk was not sent"
+            ) from exc
 
 
 def without_unencodable(chunk: Chunk) -> Chunk:

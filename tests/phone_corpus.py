@@ -104,7 +104,8 @@ def brazilian(rng: random.Random) -> str:
     body = number if rng.random() < 0.25 else number[:split] + sep + number[split:]
     shown_area = f"({area})" if rng.random() < 0.5 else area
     gap = rng.choice((" ", "", " ", "-", "\u00a0"))
-    prefix = rng.choice(PREFIXES)(rng)
+    [make_prefix] = rng.choices([m for _, m in PREFIXES], [w for w, _ in PREFIXES])
+    prefix = make_prefix(rng)
     if prefix.endswith("("):
         shown_area = area + ")"
     text = f"{prefix}{shown_area}{gap}{body}"
@@ -118,27 +119,24 @@ def _carrier(rng: random.Random) -> str:
     return rng.choice((f"0 {code} ", f"0{code}", f"0{code} ", f"0 {code}"))
 
 
-PREFIXES: tuple[Callable[[random.Random], str], ...] = (
-    lambda rng: "",
-    lambda rng: "",
-    lambda rng: "",
-    lambda rng: "",
-    lambda rng: "+55 ",
-    lambda rng: "+55 ",
-    lambda rng: "+55",
-    lambda rng: "55 ",
-    lambda rng: "55",
-    lambda rng: "(+55) ",
-    lambda rng: "+55 (",
-    lambda rng: "0",
-    lambda rng: "0 ",
-    lambda rng: "(0",
-    lambda rng: "+55 0",
-    lambda rng: "55 0",
-    lambda rng: "0055 ",
-    lambda rng: f"00 {rng.choice(CARRIERS)} 55 ",
-    _carrier,
-    _carrier,
+#: What comes before the area code, and how often: a guess at a Brazilian company's
+#: column, mostly plain local numbers and +55, every other form people write rarer.
+PREFIXES: tuple[tuple[int, Callable[[random.Random], str]], ...] = (
+    (40, lambda rng: ""),
+    (10, lambda rng: "+55 "),
+    (6, lambda rng: "+55"),
+    (3, lambda rng: "(+55) "),
+    (3, lambda rng: "+55 ("),
+    (6, lambda rng: "55 "),
+    (6, lambda rng: "55"),
+    (4, lambda rng: "0"),
+    (4, lambda rng: "0 "),
+    (2, lambda rng: "(0"),
+    (2, lambda rng: "+55 0"),
+    (2, lambda rng: "55 0"),
+    (2, lambda rng: "0055 "),
+    (2, lambda rng: f"00 {rng.choice(CARRIERS)} 55 "),
+    (4, _carrier),
 )
 
 

@@ -27,7 +27,7 @@ import attrs
 import pytest
 
 from dispatch_async import DispatchSession, RateLimitedError, RetryPolicy
-from dispatch_async.testing import FakeDispatchServer, Fault
+from dispatch_async.testing import FakeDispatchServer, Fault, argument_parser
 from tests.cli_helpers import (
     COMMAND,
     by_line,
@@ -418,6 +418,23 @@ class TestOutput:
         assert re.search(r"3 requests, 0 retries, [\d,]+ recipients/s", run.stderr)
         assert run.stdout == ""
 
+    async def test_a_count_of_one_is_in_the_singular(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", [*numbers(1), "x,y", ","])
+        run = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", source, "-o", tmp_path / "r.jsonl", env=env
+        )
+        assert run.code == 0, run.stderr
+        assert re.search(r"\n  1 request, 0 retries, [\d,]+ recipients/s\n", run.stderr)
+        assert "invalid includes 1 malformed input row\n" in run.stderr
+        assert "skipped 1 empty row (" in run.stderr
+        server.script(Fault.status(429, retry_after="0"))
+        again = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", source, "-o", tmp_path / "s.jsonl", env=env
+        )
+        assert re.search(r"\n  2 requests, 1 retry, [\d,]+ recipients/s\n", again.stderr)
+
     async def test_plain_progress_lines_when_stderr_is_not_a_terminal(
         self, env: dict[str, str], contacts: Path, tmp_path: Path
     ) -> None:
@@ -442,28 +459,48 @@ class TestOutput:
     async def test_a_progress_bar_on_a_terminal(
         self, env: dict[str, str], contacts: Path, tmp_path: Path
     ) -> None:
-        leader, follower = pty.openpty()
-        # A terminal of 0 columns (a bare pty) would get an empty bar.
-        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *COMMAND, "send", "template", "--template-id", "t", "-i", str(contacts),
-                "-o", str(tmp_path / "r.jsonl"),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=follower, env=env,
-            )  # fmt: skip
-            os.close(follower)
-            follower = -1
-            async with asyncio.timeout(30):
-                code = await process.wait()
-            shown = _drain(leader)
-        finally:
-            os.close(leader)
-            if follower != -1:
-                os.close(follower)
+        # A terminal of 0 columns (a bare pty) gets plain lines: see the next test.
+        code, shown = await on_a_terminal(
+            "send", "template", "--template-id", "t", "-i", contacts, "-o", tmp_path / "r.jsonl",
+            env=env, columns=120,
+        )  # fmt: skip
         assert code == 0
         assert "sending: 100%" in shown
         assert "5.00/5.00" in shown
+
+    async def test_a_terminal_without_columns_gets_plain_progress_lines(
+        self, env: dict[str, str], contacts: Path, tmp_path: Path
+    ) -> None:
+        code, shown = await on_a_terminal(
+            "send", "template", "--template-id", "t", "-i", contacts, "-o", tmp_path / "r.jsonl",
+            "--chunk-size", "1", "--concurrency", "1", "--progress-every", "0",
+            env=env, columns=0,
+        )  # fmt: skip
+        assert code == 0
+        assert "progress: 5/5 lines (100%)" in shown
+
+
+async def on_a_terminal(*args: str | Path, env: dict[str, str], columns: int) -> tuple[int, str]:
+    """Run the command with stderr on a terminal *columns* wide; its code and what it showed."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(
+        follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24 if columns else 0, columns, 0, 0)
+    )
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND, *map(str, args),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=follower, env=env,
+        )  # fmt: skip
+        os.close(follower)
+        follower = -1
+        async with asyncio.timeout(30):
+            code = await process.wait()
+        return code, _drain(leader)
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
 
 
 def _drain(fd: int) -> str:
@@ -693,8 +730,8 @@ class TestFailuresAreToldByCause:
             "not_sent: the service answered HTTP 503: 100 rows, lines 402-501 (further rows "
             "failing this way are counted in the summary)",
             "maybe_sent rows may have reached the service: check them before sending them "
-            "again (they may arrive twice); dispatch-async export -o "
-            f"{out} --outcome maybe_sent --to {tmp_path / 'maybe_sent.csv'} writes them out "
+            "again (they may arrive twice); dispatch-async export "
+            f"{out} --outcome maybe_sent -o {tmp_path / 'maybe_sent.csv'} writes them out "
             "as an input of their own",
         ]
         assert (
@@ -770,7 +807,7 @@ class TestDryRun:
         assert re.search(r"\n  refused: malformed input row +1  \(recorded invalid\)", run.stdout)
         assert "plan: 3 chunks of up to 2 recipients, 8 in flight at a time" in run.stdout
         assert "chunk 1: 2 recipients, lines 2-3" in run.stdout
-        assert "chunk 3: 1 recipients, lines 6-6" in run.stdout
+        assert "chunk 3: 1 recipient, line 6\n" in run.stdout
         assert "line 7: malformed input row: expected 2 fields, found 1" in run.stderr
         assert line_count(out) == 0
         assert not has_journal(out)
@@ -782,7 +819,7 @@ class TestDryRun:
             "send", "basic", "--text", "hi", "-i", contacts, "--dry-run", env=bare
         )
         assert run.code == 0, run.stderr
-        assert "plan: 1 chunks" in run.stdout
+        assert "plan: 1 chunk of up to 1,000 recipients" in run.stdout
 
 
 # -- resume ------------------------------------------------------------------------
@@ -1187,15 +1224,26 @@ class TestServe:
             async with aiohttp.ClientSession() as http, http.get(f"{served.url}/_stats") as answer:
                 stats = await answer.json()
             assert (stats["dispatch_calls"], stats["recipients_received"]) == (1, 3)
-        assert "simulator stopped: 1 token requests" in served.stderr
+        assert "simulator stopped: 1 token request, 1 /api/v3 request, 1 dispatch" in served.stderr
         assert "3 recipients received (0 more than once)" in served.stderr
 
-    async def test_help_names_the_command_and_documents_stats(self) -> None:
+    async def test_help_is_click_styled_names_every_option_and_documents_stats(self) -> None:
         run = await dispatch_async("serve", "--help", env=os.environ)
         assert run.code == 0
-        assert run.stdout.startswith("usage: dispatch-async serve ")
+        assert run.stdout.startswith("Usage: dispatch-async serve [OPTIONS]\n")
+        shown = set(re.findall(r"^  (--[a-z-]+)", run.stdout, re.MULTILINE))
+        parser = argument_parser()
+        defined = {flag for action in parser._actions for flag in action.option_strings}
+        defined -= {"-h", "--help"}  # click's own
+        assert shown == defined
         assert "GET /_stats" in run.stdout
-        assert "not part of the service" in run.stdout
+        assert "not part of the service" in " ".join(run.stdout.split())  # wrapped by click
+
+    async def test_a_bad_value_is_refused_as_every_other_command_refuses_it(self) -> None:
+        run = await dispatch_async("serve", "--fault-rate", "429", env=os.environ)
+        assert run.code == 2
+        assert "Error: Invalid value for '--fault-rate': expected CODE=RATE" in run.stderr
+        assert "Usage: dispatch-async serve [OPTIONS]" in run.stderr
 
 
 class TestHelp:

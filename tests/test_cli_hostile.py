@@ -323,6 +323,9 @@ class TestBrokenCsv:
 
 
 class TestInvalidUtf8:
+    """Bytes the encoding (here forced: UTF-8 or Windows-1252 is found otherwise) cannot
+    read."""
+
     async def test_a_csv_header_that_is_not_utf8_is_refused_before_anything_is_written(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
@@ -330,8 +333,9 @@ class TestInvalidUtf8:
         source.write_bytes(b"number,n\xe9me\n" + "".join(f"{n},Ana\n" for n in numbers(3)).encode())
         out = tmp_path / "r.jsonl"
         run = await dispatch_async(
-            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, env=env
-        )
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out,
+            "--encoding", "utf-8", env=env,
+        )  # fmt: skip
         assert run.code == 2, run.stderr
         assert "Traceback" not in run.stderr
         assert "header" in run.stderr
@@ -351,11 +355,13 @@ class TestInvalidUtf8:
         )  # fmt: skip
         out = tmp_path / "r.jsonl"
         run = await dispatch_async(
-            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out, env=env
-        )
+            "send", "basic", "--text", "hi", "-q", "-i", source, "-o", out,
+            "--encoding", "utf-8", env=env,
+        )  # fmt: skip
         assert run.code == 0, run.stderr
         found = by_line(out)
         assert found[3]["outcome"] == "invalid"
+        assert found[3]["detail"] == "the row is not valid UTF-8"
         assert set(server.stats.received) == set(good)
 
 
@@ -480,6 +486,13 @@ class TestStoredOptions:
             ({"text": None}, "--text"),
             ({"text": ["hi"]}, "--text"),
             ({"template_id": "t"}, "--template-id"),
+            ({"encoding": "latin-9"}, "--encoding"),
+            ({"encoding": 1252}, "--encoding"),
+            ({"variables": "pixCode=Pix"}, "--var"),
+            ({"variables": [5]}, "--var"),
+            ({"variables": ["pixCode"]}, "--var"),
+            ({"only_vars": "yes"}, "--only-vars"),
+            ({"exclude": "/nonexistent/optouts.csv"}, "--exclude"),
             ({"endpoint": "template", "text": None, "template_id": None}, "--template-id"),
         ],
         ids=lambda value: json.dumps(value) if isinstance(value, dict) else None,
@@ -514,7 +527,7 @@ class TestStoredOptions:
         out.write_text(json.dumps({"line": 2, "number": numbers(1)[0], "outcome": "not_sent"}))
         stored = json.dumps(self.good_options(source) | change).encode()
         (tmp_path / "r.jsonl.pending").write_bytes(b"dispatch-async journal 2 " + stored + b"\n")
-        run = await dispatch_async("export", "-o", out, env=env)
+        run = await dispatch_async("export", out, env=env)
         assert run.code == 2, run.stderr
         assert "Traceback" not in run.stderr
         assert len(run.stderr.strip().splitlines()) == 1, run.stderr

@@ -237,11 +237,21 @@ def test_the_reference_documents_every_public_name_and_nothing_else() -> None:
     assert len(documented) == len(set(documented)), "documented twice"
 
 
-def test_the_readme_test_command_is_what_ci_runs() -> None:
-    readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+def test_a_fresh_machine_needs_two_commands_in_a_venv_and_ci_runs_the_test_one() -> None:
+    readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
     ci = (PROJECT_ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    [command] = [line for line in readme if line.startswith("python3 -m pip install nox && ")]
-    assert command in ci
+    section = readme.split("## On a fresh machine", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 2, commands
+    demo, test = commands
+    # Debian's system Python refuses pip install outside a virtual environment (PEP 668).
+    for command in commands:
+        assert command.startswith("python3 -m venv .venv && .venv/bin/pip install "), command
+        assert " pip install" not in command.replace(".venv/bin/pip install", ""), command
+    assert demo.endswith(" && .venv/bin/dispatch-async demo")
+    assert test.endswith(" && .venv/bin/nox -s tests-3.11 compat lint typecheck docs")
+    assert test in ci
 
 
 def test_ci_runs_the_oldest_python_in_full_and_the_newest_too() -> None:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import dispatch_async as da
 from dispatch_async import _e164
+from dispatch_async._e164 import metadata
 from dispatch_async._e164.patterns import first_digits
 
 from . import phone_corpus
@@ -96,6 +97,10 @@ class TestTheSameAnswersAsPhonenumbers:
             "",
             "sem telefone",
             "9876-5432",
+            "0XX11 98765-4321",
+            "(0xx21) 3456-7890",
+            "11 98765-4321 x12",
+            "11 98765-4321/x12",
         ],
     )
     @pytest.mark.parametrize("region", ["BR", None, "br", "US"])
@@ -109,7 +114,9 @@ brazilian_numbers = st.builds(
     st.sampled_from(["", "", " ", "\t", "("]),
     st.sampled_from(["", "+55", "55", "+55 ", "55 ", "0", "0 ", "+55 0", "0055", "(+55) "]),
     st.one_of(
-        st.just(""), st.sampled_from(phone_corpus.CARRIERS).map("0{} ".format), st.just("0 ")
+        st.just(""),
+        st.sampled_from(phone_corpus.CARRIERS).map("0{} ".format),
+        st.sampled_from(["0 ", "0XX", "0 XX ", "0xx", "x", "0XXX"]),
     ),
     st.tuples(
         st.one_of(st.sampled_from(phone_corpus.AREAS), st.text("0123456789", max_size=3)),
@@ -117,7 +124,7 @@ brazilian_numbers = st.builds(
     ).map(lambda area: f"({area[0]})" if area[1] else area[0]),
     st.sampled_from(["", " ", "-", ") ", ".", "\u00a0"]),
     st.text("0123456789", min_size=0, max_size=11),
-    st.sampled_from(["", "-1234", " 4321", ".0000", " ", "\n", ")"]),
+    st.sampled_from(["", "-1234", " 4321", ".0000", " ", "\n", ")", " x12", "x1", "/x2", " X 3."]),
 )
 foreign_numbers = st.builds(
     "{}{}{}".format,
@@ -159,6 +166,10 @@ class TestTheFastPathDecidesSpreadsheetNumbers:
         plain = [n for n in numbers if n.isascii() or "\u00a0" in n]
         assert [n for n in plain if not decided(n, "BR")] == []
 
+    def test_the_carrier_placeholder_of_old_lists_is_decided(self) -> None:
+        for written in ["0XX11 98765-4321", "0 xx 21 3456-7890", "(0XX11) 98765-4321"]:
+            assert decided(written, "BR")
+
     def test_empty_cells_and_text_without_digits_are_decided(self) -> None:
         for junk in ["", " ", "-", "n/a", "sem telefone", "+", "não tem"]:
             assert decided(junk, "BR")
@@ -182,3 +193,34 @@ class TestTheFastPathDecidesSpreadsheetNumbers:
                         number = digit + phone_corpus.digits(rng, rng.randint(0, 14))
                         assert pattern.match(number) is None, (md.id, source, number)
         assert read > 300
+
+    def test_a_length_met_often_is_judged_by_one_joined_pattern_with_the_same_answers(
+        self,
+    ) -> None:
+        tables = metadata.Tables(phonenumbers)  # its own: joining here changes no other test
+        rng = random.Random(11)
+        compared = valid = 0
+        for code in sorted(phonenumbers.SUPPORTED_REGIONS):
+            region = tables.region(code)
+            assert region is not None
+            examples = [
+                phonenumbers.national_significant_number(example)
+                for kind in phonenumbers.supported_types_for_region(code)
+                if (example := phonenumbers.example_number_for_type(code, kind)) is not None
+            ]
+            for size in set(map(len, examples)):
+                walk = region.typed[size]
+                if walk is None:
+                    continue
+                numbers = [phone_corpus.digits(rng, size) for _ in range(20)]
+                for example in [e for e in examples if len(e) == size] * 5:
+                    numbers.append(example[: size - 3] + phone_corpus.digits(rng, 3))
+                answers = [walk.fullmatch(n) is not None for n in numbers]
+                valid += sum(answers)
+                region.typed.join(size)
+                joined = region.typed[size]
+                assert joined is not walk
+                assert [joined.fullmatch(n) is not None for n in numbers] == answers, code
+                compared += 1
+        assert compared > 300
+        assert valid > 1000

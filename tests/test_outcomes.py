@@ -421,6 +421,15 @@ class TestSummary:
         assert caught.value.result is result
         assert caught.value.maybe_sent is True
 
+    async def test_the_summary_counts_one_in_the_singular(
+        self, session: da.DispatchSession
+    ) -> None:
+        result = await session.send_template(numbers(1), **TEMPLATE)
+        assert result.summary() == (
+            "1 recipient: 1 sent, 0 invalid, 0 failed (0 maybe sent, 0 not sent); "
+            "1 request, 0 retries"
+        )
+
 
 # Numbers of a sent list in the order-check properties, and one more never sent.
 NUMBER = st.sampled_from("abcdefg")

@@ -1232,6 +1232,7 @@ class TestPublicSurface:
             "FaultKind",
             "RecordedRequest",
             "ServerStats",
+            "argument_parser",
             "main",
             "serve_forever",
         }

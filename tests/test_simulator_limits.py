@@ -161,4 +161,4 @@ class TestItsCounters:
         async with asyncio.timeout(HANG):
             _, err = await process.communicate()
         assert process.returncode == 0
-        assert "simulator stopped: 1 token requests" in err.decode()
+        assert "simulator stopped: 1 token request, " in err.decode()

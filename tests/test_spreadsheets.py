@@ -70,10 +70,6 @@ def append(path: Path, data: bytes) -> None:
         stream.write(data)
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    path.write_bytes(data)
-
-
 def raw(path: Path) -> bytes:
     return path.read_bytes()
 
@@ -151,20 +147,6 @@ class TestSeparators:
         assert "--delimiter" in bad.stderr
         assert server.stats.requests == 0
         assert not out.exists()
-
-    async def test_an_excel_export_in_windows_1252_is_refused_saying_how_to_save_it(
-        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
-    ) -> None:
-        source = tmp_path / "contatos.csv"
-        write_bytes(source, "Nome;Telefone;Observação\r\nAna;11987654321;ok\r\n".encode("cp1252"))
-        out = tmp_path / "r.jsonl"
-        run = await dispatch_async(*send_args(source, out, "--number-column", "telefone"), env=env)
-        assert run.code == 2
-        assert "not valid UTF-8: save the file as UTF-8 (in Excel: Save As, CSV UTF-8)" in (
-            run.stderr
-        )
-        assert not out.exists()
-        assert server.stats.requests == 0
 
 
 # -- column names ----------------------------------------------------------------------
@@ -270,7 +252,7 @@ class TestLocalNumbers:
         assert outcomes(out) == Counter(sent=10, invalid=40)
         assert self.ADVICE in run.stderr
         assert "--prevalidate --region BR sends them in E.164" in run.stderr
-        assert f"dispatch-async export -o {out} --outcome invalid" in run.stderr
+        assert f"dispatch-async export {out} --outcome invalid" in run.stderr
         for number in ("(11) 98001-2001", "11 98001-2001"):
             assert number not in run.stderr, "phone numbers stay out of the terminal"
 
@@ -536,7 +518,7 @@ class TestExport:
 
         retry = tmp_path / "retry.csv"
         export = await dispatch_async(
-            "export", "-o", out, "--outcome", "not_sent,maybe_sent", "-i", excel, "--to", retry,
+            "export", out, "--outcome", "not_sent,maybe_sent", "-i", excel, "-o", retry,
             env=env,
         )  # fmt: skip
         assert export.code == 0, export.stderr
@@ -567,7 +549,7 @@ class TestExport:
         maybe = sorted(r["line"] for r in records(out) if r["outcome"] == "maybe_sent")
         assert len(maybe) == 10
 
-        export = await dispatch_async("export", "-o", out, "--outcome", "maybe_sent", env=env)
+        export = await dispatch_async("export", out, "--outcome", "maybe_sent", env=env)
         assert export.code == 0, export.stderr
         lines = source.read_text().splitlines()
         assert export.stdout.splitlines() == ["nome|number"] + [lines[n - 1] for n in maybe]
@@ -586,7 +568,7 @@ class TestExport:
         server.script(Fault.status(503))
         args = send_args(source, out, "--chunk-size", "2", "--concurrency", "1", "--attempts", "1")
         assert (await dispatch_async(*args, env=env)).code == 1
-        export = await dispatch_async("export", "-o", out, "-i", source, env=env)
+        export = await dispatch_async("export", out, "-i", source, env=env)
         assert export.code == 0, export.stderr
         assert export.stdout == "".join(lines[:2])
 
@@ -602,8 +584,8 @@ class TestExport:
         assert (await dispatch_async(*args, "--format", "jsonl", env=env)).code == 1
         assert server.stats.received == Counter(numbers(4)[2:])
 
-        by_name = await dispatch_async("export", "-o", out, "-i", source, env=env)
-        told = await dispatch_async("export", "-o", out, "-i", source, "--format", "jsonl", env=env)
+        by_name = await dispatch_async("export", out, "-i", source, env=env)
+        told = await dispatch_async("export", out, "-i", source, "--format", "jsonl", env=env)
         assert told.code == 0, told.stderr
         assert told.stdout == "".join(lines[:2])
         # By its name the file is a CSV: its lines are then rows, quoted as CSV.
@@ -615,10 +597,10 @@ class TestExport:
         out = tmp_path / "r.jsonl"
         done = await dispatch_async(*send_args(excel, out, "--number-column", "Telefone"), env=env)
         assert done.code == 0, done.stderr
-        bare = await dispatch_async("export", "-o", out, env=env)
+        bare = await dispatch_async("export", out, env=env)
         assert bare.code == 2
         assert "--input" in bare.stderr
-        onto = await dispatch_async("export", "-o", out, "-i", excel, "--to", excel, env=env)
+        onto = await dispatch_async("export", out, "-i", excel, "-o", excel, env=env)
         assert onto.code == 2
         assert "exists" in onto.stderr
         assert raw(excel) == raw(DATA / "contatos_excel.csv")
@@ -629,12 +611,12 @@ class TestExport:
         out = tmp_path / "r.jsonl"
         append(out, b'{"line":2,"number":"(11) 98765-4321","outcome":"not_sent","error":"x",'
                     b'"error_type":"X"}\n{"line":3,"number":"1198')  # fmt: skip
-        run = await dispatch_async("export", "-o", out, "-i", excel, env=env)
+        run = await dispatch_async("export", out, "-i", excel, env=env)
         assert run.code == 0, run.stderr
         assert run.stdout.splitlines()[1:] == ["Ana Souza;(11) 98765-4321;São Paulo;cliente antiga"]
         foreign = tmp_path / "foreign.jsonl"
         append(foreign, b'{"line":90000,"number":"1","outcome":"not_sent"}\n')
-        refused = await dispatch_async("export", "-o", foreign, "-i", excel, env=env)
+        refused = await dispatch_async("export", foreign, "-i", excel, env=env)
         assert refused.code == 2
         assert "does not name a line of the input" in refused.stderr
 

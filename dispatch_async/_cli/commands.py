@@ -20,6 +20,7 @@ from click.core import ParameterSource
 import dispatch_async as da
 import dispatch_async.testing
 
+from .columns import var_pairs
 from .input import Format
 from .options import (
     connection,
@@ -35,6 +36,7 @@ from .options import (
 from .plan import run_plan
 from .resume import job_options, resumed, stored_job
 from .send import run_send
+from .serve import serve_command
 from .spec import (
     Display,
     InputSpec,
@@ -281,23 +283,32 @@ def report(queue: str, key_prefix: str, job: str, output: Path | None) -> None:
 
 
 @cli.command()
+@click.argument(
+    "results", required=False, metavar="RESULTS", type=click.Path(dir_okay=False, path_type=Path)
+)
 @export_options
 def export(
-    results: Path,
+    results: Path | None,
     outcome: str,
     input_path: str | None,
-    to: Path | None,
+    output: Path | None,
     input_format: Format,
     delimiter: str | None,
     columns: str | None,
+    encoding: str | None,
+    with_reason: bool,
 ) -> None:
     """Write the input rows of chosen outcomes, as they were, to send them as a new job.
 
-    Same header, separator and columns as the input: `export -o results.jsonl --to
-    retry.csv`, then `send ... -i retry.csv -o retry-results.jsonl`.
+    Reads RESULTS (what `send -o` wrote) and the job's input; writes -o (default: stdout),
+    with the input's header, separator, columns and encoding:
+    `export results.jsonl -o retry.csv`, then `send ... -i retry.csv -o retry-results.jsonl`.
     """
-    from .export import ExportSpec, run_export
+    from .export import ExportSpec, correction, run_export
 
+    if (wrong := correction(results, input_path, output)) is not None:
+        raise click.UsageError(wrong)
+    assert results is not None
     spec = ExportSpec(
         results=results,
         outcomes=frozenset(o.strip() for o in outcome.split(",") if o.strip()),
@@ -305,26 +316,15 @@ def export(
         input_format=input_format,
         delimiter=delimiter,
         columns=tuple(columns.split(",")) if columns else None,
-        to=to,
+        encoding=encoding,
+        output=output,
+        with_reason=with_reason,
     )
     ctx = click.get_current_context()
     _exit(lambda: run_export(spec, sys.stderr, None if input_path else _stored(ctx, results)))
 
 
-@cli.command(
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-    add_help_option=False,
-)
-@click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
-def serve(arguments: tuple[str, ...]) -> None:
-    """Run the simulator until Ctrl-C; prints its URL (serve --help for its flags).
-
-    Flags: --port, --host, --secret, --token-lifetime SECONDS, --fault-rate CODE=RATE
-    (repeatable), --random-retry-after, --seed, --latency SECONDS, --fast-ids,
-    --rate-limit R, --recorded-requests N. It prints what it saw when stopped; GET /_stats
-    shows it meanwhile, GET /_requests the latest requests it received.
-    """
-    raise SystemExit(dispatch_async.testing.main(list(arguments), prog="dispatch-async serve"))
+cli.add_command(serve_command())
 
 
 # -- from options to a job -----------------------------------------------------------
@@ -346,6 +346,9 @@ def _input(options: dict[str, Any]) -> InputSpec:
         number_column=options["number_column"],
         columns=tuple(columns.split(",")) if columns else None,
         delimiter=options["delimiter"],
+        encoding=options["encoding"],
+        variables=var_pairs(options["variables"]),
+        only_vars=options["only_vars"],
     )
 
 
@@ -375,6 +378,7 @@ _NOT_QUEUED = (
     "resend_maybe_sent",
     "dedupe",
     "prevalidate",
+    "exclude",
     "deadline",
     "dry_run",
     "max_invalid",
@@ -424,6 +428,7 @@ def _spec(target: Target, options: dict[str, Any]) -> JobSpec:
         ),
         resume=options["resume"],
         resend_maybe_sent=options["resend_maybe_sent"],
+        exclude=options["exclude"],
         max_invalid=options["max_invalid"],
         display=Display(
             title=f"dispatch-async send {target.endpoint}",

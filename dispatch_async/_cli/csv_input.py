@@ -3,8 +3,9 @@
 The separator is the one of ``,`` ``;`` tab ``|`` that splits the header line into the
 most fields (``--delimiter`` forces one); column names match ignoring case, surrounding
 spaces, a BOM and the Unicode normal form, and two names that match each other are a
-repeat; a row whose every field is empty (``;;;``) is not a row. Nothing here holds more
-than one row.
+repeat; a row whose every field is empty (``;;;``) is not a row. The encoding is UTF-8
+or Windows-1252 (see ``encoding``); ``--var`` names the vars columns become (see
+``variables``). Nothing here holds more than one row.
 """
 
 from __future__ import annotations
@@ -14,18 +15,18 @@ import csv
 import io
 import itertools
 import sys
-import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 import attrs
 
+from .columns import column_key, var_columns
+from .encoding import UTF8, Encoding, detect_encoding
 from .rows import InputProblem, Row, Rows, UnreadableInput
 
 __all__ = [
     "DELIMITERS",
     "CsvLayout",
-    "column_key",
     "csv_records",
     "csv_rows",
     "detect_delimiter",
@@ -35,6 +36,7 @@ __all__ = [
 #: The separators a CSV is read with, in the order a tie is settled.
 DELIMITERS = (",", ";", "\t", "|")
 _DELIMITER_NAMES = {",": "',' (comma)", ";": "';' (semicolon)", "\t": "tab", "|": "'|' (pipe)"}
+_UTF8 = Encoding(UTF8)
 #: The longest CSV field read (csv's default, 131,072, is less than some real notes).
 _FIELD_LIMIT = 1 << 23
 
@@ -50,6 +52,7 @@ class CsvLayout:
     header: tuple[str, ...] | None
     bom: bool = False
     newline: str = "\n"
+    encoding: Encoding = _UTF8
 
     @property
     def separator(self) -> str:
@@ -71,37 +74,51 @@ def csv_rows(
     number_column: str,
     columns: Sequence[str] | None,
     delimiter: str | None,
+    encoding: str | None = None,
+    variables: Sequence[tuple[str, str]] = (),
+    only_vars: bool = False,
 ) -> None:
-    """Read the header of *stream* and set *rows* to iterate its records."""
-    text = _text(stream)
-    reader, rows.layout = _start_csv(text, delimiter, columns)
+    """Read the header of *stream* and set *rows* to iterate its records.
+
+    *encoding*: the codec to read with (None: detected); *variables*: ``(var, column)``
+    pairs, the vars those columns become (with *only_vars*, the only ones).
+    """
+    text, found = _text(stream, encoding)
+    reader, rows.layout = _start_csv(text, delimiter, columns, found)
     if reader is None:
         _detach(text)
         return
-    records = _csv_records(reader, rows.layout, number_column, rows)
+    records = _csv_records(reader, rows.layout, number_column, rows, variables, only_vars)
     rows._rows = _detached_at_end(records, text)
 
 
 @contextlib.contextmanager
 def csv_records(
-    path: str, *, delimiter: str | None = None, columns: Sequence[str] | None = None
+    path: str,
+    *,
+    delimiter: str | None = None,
+    columns: Sequence[str] | None = None,
+    encoding: str | None = None,
 ) -> Iterator[tuple[CsvLayout, Iterator[tuple[int, list[str]]]]]:
     """The CSV's layout and its records as written, ``(first line, fields)``, header apart.
 
-    Read exactly as ``open_rows`` reads them (the same separator, the same line numbers),
-    for writing chosen rows back out. Every record is yielded, empty ones too.
+    Read exactly as ``open_rows`` reads them (the same separator, encoding and line
+    numbers), for writing chosen rows back out. Every record is yielded, empty ones too.
 
     Raises:
         OSError: the file cannot be opened.
+        InputProblem: the file is neither UTF-8 nor Windows-1252.
         UnreadableInput: a record is not valid CSV (nothing after it is trusted).
     """
     stream, owned = open_input(path)
-    text = _text(stream)
     try:
-        reader, layout = _start_csv(text, delimiter, columns)
-        yield layout, _raw_records(reader)
+        text, found = _text(stream, encoding)
+        try:
+            reader, layout = _start_csv(text, delimiter, columns, found)
+            yield layout, _raw_records(reader)
+        finally:
+            _detach(text)
     finally:
-        _detach(text)
         if owned:
             stream.close()
 
@@ -138,22 +155,18 @@ def detect_delimiter(line: str) -> str:
     return best
 
 
-def column_key(name: str) -> str:
-    """The form column names are compared in, for a match and for a repeat alike.
-
-    Case, surrounding spaces, a BOM and the Unicode normal form (``Número`` typed on
-    macOS is NFD) are ignored.
-    """
-    return unicodedata.normalize("NFC", name.replace("\ufeff", "")).strip().casefold()
-
-
-def _text(stream: IO[bytes]) -> io.TextIOWrapper:
+def _text(stream: IO[bytes], encoding: str | None) -> tuple[io.TextIOWrapper, Encoding]:
+    source, found = detect_encoding(stream, encoding)
     # Bad bytes become surrogates instead of ending the job; the row is then malformed.
-    return io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape", newline="")
+    text = io.TextIOWrapper(source, encoding=found.codec, errors="surrogateescape", newline="")
+    return text, found
 
 
 def _start_csv(
-    text: io.TextIOWrapper, delimiter: str | None, columns: Sequence[str] | None
+    text: io.TextIOWrapper,
+    delimiter: str | None,
+    columns: Sequence[str] | None,
+    encoding: Encoding,
 ) -> tuple[Any, CsvLayout]:
     """A csv reader past the header, and the layout; the reader is None for an empty file.
 
@@ -178,12 +191,12 @@ def _start_csv(
     csv.field_size_limit(_FIELD_LIMIT)
     if columns is not None:
         names = tuple(name.strip() for name in columns)
-        return reader, CsvLayout(delimiter, names, None, bom, newline)
-    header = _header(reader)
+        return reader, CsvLayout(delimiter, names, None, bom, newline, encoding)
+    header = _header(reader, encoding)
     if header is None:
-        return None, CsvLayout(delimiter, (), None, bom, newline)
+        return None, CsvLayout(delimiter, (), None, bom, newline, encoding)
     names = tuple(name.replace("\ufeff", "").strip() for name in header)
-    return reader, CsvLayout(delimiter, names, tuple(header), bom, newline)
+    return reader, CsvLayout(delimiter, names, tuple(header), bom, newline, encoding)
 
 
 def _detached_at_end(rows: Iterator[Row], text: io.TextIOWrapper) -> Iterator[Row]:
@@ -200,7 +213,7 @@ def _detach(text: io.TextIOWrapper) -> None:
         text.detach()
 
 
-def _header(reader: Any) -> list[str] | None:
+def _header(reader: Any, encoding: Encoding) -> list[str] | None:
     while True:
         try:
             fields: list[str] = next(reader)
@@ -211,15 +224,22 @@ def _header(reader: Any) -> list[str] | None:
                 f"the CSV header (line {reader.line_num}) is unreadable: {exc}"
             ) from None
         if fields and any(f.strip() for f in fields):
-            if not _is_utf8(fields):
+            if not _decoded(fields):
                 raise InputProblem(
-                    f"the CSV header (line {reader.line_num}) is not valid UTF-8: "
-                    "save the file as UTF-8 (in Excel: Save As, CSV UTF-8)"
+                    f"the CSV header (line {reader.line_num}) is not valid {encoding.name}: "
+                    "give --encoding, or save the file as UTF-8 (in Excel: Save As, CSV UTF-8)"
                 )
             return fields
 
 
-def _csv_records(reader: Any, layout: CsvLayout, number_column: str, rows: Rows) -> Iterator[Row]:
+def _csv_records(
+    reader: Any,
+    layout: CsvLayout,
+    number_column: str,
+    rows: Rows,
+    variables: Sequence[tuple[str, str]],
+    only_vars: bool,
+) -> Iterator[Row]:
     names = list(layout.names)
     wanted = column_key(number_column)
     found = [i for i, name in enumerate(names) if column_key(name) == wanted]
@@ -250,14 +270,20 @@ def _csv_records(reader: Any, layout: CsvLayout, number_column: str, rows: Rows)
         )
     width = len(names)
     number_at = found[0]
-    # Columns without a name cannot become a vars entry (a trailing comma in the header).
-    var_columns = [(i, n) for i, n in enumerate(names) if i != number_at and n]
-    return _csv_iter(reader, width, number_at, var_columns, rows)
+    taken = var_columns(names, number_at, variables, only_vars)
+    rows.variables = tuple((var, names[i]) for i, var in taken)
+    return _csv_iter(reader, width, number_at, taken, rows, layout.encoding)
 
 
 def _csv_iter(
-    reader: Any, width: int, number_at: int, var_columns: list[tuple[int, str]], rows: Rows
+    reader: Any,
+    width: int,
+    number_at: int,
+    var_columns: list[tuple[int, str]],
+    rows: Rows,
+    encoding: Encoding,
 ) -> Iterator[Row]:
+    not_decoded = f"the row is not valid {encoding.name}"
     try:
         for start, fields in _raw_records(reader):
             if len(fields) != width:
@@ -279,8 +305,8 @@ def _csv_iter(
                 else:
                     yield Row(start, None, None, "the number is empty")
                 continue
-            if not _is_utf8(fields):
-                yield Row(start, _printable(number), None, "the row is not valid UTF-8")
+            if not _decoded(fields):
+                yield Row(start, _printable(number), None, not_decoded)
                 continue
             values = {name: fields[i] for i, name in var_columns}
             yield Row(start, number, {"number": number, "vars": values})
@@ -297,18 +323,19 @@ def _is_empty(fields: list[str]) -> bool:
     return not any(field.strip() for field in fields)
 
 
-def _is_utf8(fields: list[str]) -> bool:
+def _decoded(fields: list[str]) -> bool:
+    """Whether every byte of *fields* was a character of the file's encoding."""
     joined = "".join(fields)
     if joined.isascii():
         return True
     try:
         joined.encode("utf-8")
-    except UnicodeEncodeError:  # a surrogate: the file had bytes that are not UTF-8
+    except UnicodeEncodeError:  # a surrogate: bytes the encoding does not read
         return False
     return True
 
 
 def _printable(number: str | None) -> str | None:
-    if number is None or _is_utf8([number]):
+    if number is None or _decoded([number]):
         return number
     return None

@@ -17,6 +17,7 @@ from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .send import run_send
 from .spec import DEFAULTS, Connection, Display, InputSpec, JobSpec, Target
+from .words import counted
 
 __all__ = ["run_demo"]
 
@@ -69,7 +70,8 @@ async def run_demo(
         if not display.quiet:
             print(
                 f"demo: the simulator listens on {server.url} (random 429s, scripted 503s); "
-                f"{recipients:,} synthetic recipients ({invalid:,} invalid numbers) "
+                f"{counted(recipients, 'synthetic recipient')} "
+                f"({counted(invalid, 'invalid number')}) "
                 f"in {contacts}",
                 file=display.err,
             )

@@ -44,14 +44,20 @@ def open_rows(
     number_column: str = "number",
     columns: Sequence[str] | None = None,
     delimiter: str | None = None,
+    encoding: str | None = None,
+    variables: Sequence[tuple[str, str]] = (),
+    only_vars: bool = False,
 ) -> Rows:
     """Open *path* (``-`` for stdin) and read its header, if any.
 
-    *delimiter* None: the one of ``DELIMITERS`` that splits the first line most.
+    *delimiter* None: the one of ``DELIMITERS`` that splits the first line most;
+    *encoding* None: UTF-8 or Windows-1252, as the file says. *variables* and *only_vars*:
+    see ``columns.var_columns``.
 
     Raises:
         OSError: the file cannot be opened.
-        InputProblem: the header does not name the number column, or repeats a name.
+        InputProblem: the header does not name the number column or a ``--var`` column,
+            repeats a name, or the file is neither UTF-8 nor Windows-1252.
     """
     stream, owned = open_input(path)
     try:
@@ -61,7 +67,14 @@ def open_rows(
             rows._rows = _jsonl_rows(stream, rows)
         else:
             csv_rows(
-                stream, rows, number_column=number_column, columns=columns, delimiter=delimiter
+                stream,
+                rows,
+                number_column=number_column,
+                columns=columns,
+                delimiter=delimiter,
+                encoding=encoding,
+                variables=variables,
+                only_vars=only_vars,
             )
     except BaseException:
         if owned:

@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 
 import click
 
+from .columns import parse_vars
 from .csv_input import DELIMITERS
+from .encoding import ENCODINGS
 from .spec import DEFAULTS, Connection
 
 __all__ = [
@@ -169,6 +171,14 @@ delimiter_option = click.option(
     help="CSV separator: , ; | or tab (default: the one that splits the header most).",
 )
 
+encoding_option = click.option(
+    "--encoding",
+    metavar="utf-8|windows-1252",
+    callback=lambda _ctx, _param, value: _encoding(value),
+    help="The CSV's encoding (default: UTF-8, or Windows-1252 as Excel's pt-BR \"CSV "
+    '(separado por vírgulas)" writes it, found from the file).',
+)
+
 send_options = _options(
     click.option(
         "-i",
@@ -202,6 +212,27 @@ send_options = _options(
         "--columns",
         metavar="NAME,NAME,...",
         help="Column names for a CSV without a header row (its first line is then a row).",
+    ),
+    encoding_option,
+    click.option(
+        "--var",
+        "variables",
+        multiple=True,
+        metavar="NAME=COLUMN",
+        callback=parse_vars,
+        help='Send COLUMN as the template var NAME (--var pixCode="Código Pix"); repeatable.',
+    ),
+    click.option(
+        "--only-vars",
+        is_flag=True,
+        help="Send only the columns named by --var as vars (not every other column).",
+    ),
+    click.option(
+        "--exclude",
+        type=click.Path(exists=True, dir_okay=False),
+        metavar="FILE",
+        help="Numbers never to send (an opt-out list, one a line or a CSV column, any "
+        'format): their rows are recorded invalid, "excluded".',
     ),
     click.option(
         "--resume",
@@ -287,10 +318,8 @@ export_options = _options(
     click.option(
         "-o",
         "--output",
-        "results",
-        required=True,
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="The results file of the job (its `send -o`).",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="The file to write, a new one (default: stdout).",
     ),
     click.option(
         "--outcome",
@@ -305,9 +334,15 @@ export_options = _options(
         "--input",
         "input_path",
         type=click.Path(exists=True, dir_okay=False),
-        help="The job's input (default: the one its journal names, while it has one).",
+        help="The job's input, which the rows are taken from (default: the one its journal "
+        "names, while it has one).",
     ),
-    click.option("--to", type=click.Path(dir_okay=False, path_type=Path), help="Default: stdout."),
+    click.option(
+        "--with-reason",
+        is_flag=True,
+        help="Add the columns outcome and reason, for whoever fixes the rows (a reason that "
+        "could run as a spreadsheet formula starts with ').",
+    ),
     click.option(
         "--format",
         "input_format",
@@ -317,6 +352,7 @@ export_options = _options(
     ),
     delimiter_option,
     click.option("--columns", metavar="NAME,NAME,...", help="As for send (no header is written)."),
+    encoding_option,
 )
 
 
@@ -327,6 +363,17 @@ def _delimiter(value: str | None) -> str | None:
     if value not in DELIMITERS:
         raise click.BadParameter("expected one of , ; | tab", param_hint="--delimiter")
     return value
+
+
+def _encoding(value: str | None) -> str | None:
+    if value is None or value.strip().lower() == "auto":
+        return None
+    codec = ENCODINGS.get(value.strip().lower())
+    if codec is None:
+        raise click.BadParameter(
+            f"{value!r}: expected utf-8 or windows-1252 (cp1252)", param_hint="--encoding"
+        )
+    return codec
 
 
 def _client_secret(path: Path | None) -> str | None:

@@ -15,11 +15,13 @@ import attrs
 
 import dispatch_async as da
 
-from .input import InputProblem, Rows, line_bound
+from .exclude import load_exclude
+from .input import InputProblem, Row, Rows, line_bound
 from .journal import JobFiles, new_record
 from .records import SHOWN_MALFORMED, malformed_note
 from .source import Source
 from .spec import FAILED, OK, JobSpec, Problem, dedupe_key
+from .words import counted
 
 __all__ = ["run_plan"]
 
@@ -37,13 +39,16 @@ class _Count:
     again: int = 0
     interrupted: int = 0
     duplicates: int = 0
+    excluded: int = 0
     skipped: int = 0
 
 
 async def run_plan(spec: JobSpec, out: TextIO) -> int:
     """Read and check the input, print the chunk plan; send and write nothing."""
     rows = spec.input.open()
+    exclude = None
     try:
+        exclude = await load_exclude(spec)
         dedupe = dedupe_key(spec.settings)
         max_line = line_bound(spec.input.path)
         recorded = new_record(spec.resend_maybe_sent, dedupe, max_line)
@@ -55,13 +60,15 @@ async def run_plan(spec: JobSpec, out: TextIO) -> int:
             except OSError as exc:
                 raise Problem(str(exc)) from None
         try:
-            return await _plan(spec, rows, Source(rows, recorded, spec.output), out)
+            return await _plan(spec, rows, Source(rows, recorded, spec.output, exclude), out)
         except InputProblem as exc:
             raise Problem(str(exc), FAILED) from None
         except da.DispatchError as exc:
             raise Problem(str(exc)) from None
     finally:
         rows.close()
+        if exclude is not None:
+            exclude.close()
 
 
 async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
@@ -69,6 +76,7 @@ async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
     err = spec.display.err
     count = _Count()
     lines: deque[int] = deque()  # the input line of each position read and not yet planned
+    example: list[Row] = []  # the first row to send
 
     def messages() -> Iterator[dict[str, Any]]:
         while True:
@@ -76,12 +84,15 @@ async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
             count.skipped += reading.skipped
             count.interrupted += reading.interrupted
             count.duplicates += reading.duplicates
+            count.excluded += reading.excluded
             count.again += reading.again
             for row in reading.malformed:
                 count.malformed += 1
                 if count.malformed <= SHOWN_MALFORMED:
                     print(malformed_note(row), file=err)
             count.rows += len(reading.rows)
+            if reading.rows and not example:
+                example.append(reading.rows[0])
             for row in reading.rows:
                 lines.append(row.line)
                 yield row.message  # type: ignore[misc]
@@ -109,16 +120,17 @@ async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
     else:
         rate = f", at most {given:g} requests/s" if given else ""
     report.append(
-        f"plan: {planned:,} chunks of up to {settings.chunk_size:,} recipients, "
+        f"plan: {counted(planned, 'chunk')} of up to {counted(settings.chunk_size, 'recipient')}, "
         f"{settings.concurrency} in flight at a time{rate}"
     )
     for index, (size, first, end) in enumerate(chunks, 1):
-        report.append(f"  chunk {index}: {size:,} recipients, lines {first:,}-{end:,}")
+        report.append(f"  chunk {index}: {counted(size, 'recipient')}, {_lines(first, end)}")
     if planned > len(chunks) and last is not None:
         if planned > len(chunks) + 1:
-            report.append(f"  ... {planned - len(chunks) - 1:,} more chunks ...")
+            report.append(f"  ... {counted(planned - len(chunks) - 1, 'more chunk')} ...")
         size, first, end = last
-        report.append(f"  chunk {planned}: {size:,} recipients, lines {first:,}-{end:,}")
+        report.append(f"  chunk {planned}: {counted(size, 'recipient')}, {_lines(first, end)}")
+    report += _variables(rows, example[0] if example else None)
     print("\n".join(report), file=out)
     return OK
 
@@ -136,6 +148,10 @@ def _counts(
         table.append((f"refused: {reason}", number, f"{screen}; recorded invalid"))
     if count.duplicates:
         table.append(("refused: sent by an earlier run", count.duplicates, "--dedupe"))
+    if count.excluded:
+        table.append(
+            (f"refused: {da.EXCLUDED_REASON}", count.excluded, "--exclude; recorded invalid")
+        )
     if spec.resume:
         table.append(("already recorded", count.skipped, f"in {spec.output}; skipped"))
     if count.interrupted:
@@ -159,8 +175,41 @@ def _table(counts: list[tuple[str, int, str]]) -> list[str]:
     ]
 
 
+def _lines(first: int, end: int) -> str:
+    return f"line {first:,}" if first == end else f"lines {first:,}-{end:,}"
+
+
 def _layout(rows: Rows) -> str:
     layout = rows.layout
     if layout is None:
         return f" ({rows.kind.upper()})"
-    return f" (CSV, separator {layout.separator}, {len(layout.names)} columns)"
+    return (
+        f" (CSV, {layout.encoding.describe()}, separator {layout.separator}, "
+        f"{counted(len(layout.names), 'column')})"
+    )
+
+
+def _variables(rows: Rows, example: Row | None) -> list[str]:
+    """The vars every recipient carries, and the first row to send as an example.
+
+    The example shows a number: this report is for the person who asked, on stdout,
+    never logged.
+    """
+    if rows.variables is None:
+        shown = ["vars: as each line gives them"]
+    elif not rows.variables:
+        shown = ["vars: none"]
+    else:
+        named = ", ".join(
+            var if var == column else f"{var} (column {column!r})" for var, column in rows.variables
+        )
+        shown = [f"vars: {named}"]
+    if example is not None and example.message is not None:
+        cells = [f"number {_cut(example.message['number'])}"]
+        cells += [f"{var} {_cut(value)}" for var, value in example.message["vars"].items()]
+        shown.append(f"example, line {example.line:,}: {', '.join(cells)}")
+    return shown
+
+
+def _cut(value: str, most: int = 40) -> str:
+    return repr(value if len(value) <= most else value[: most - 3] + "...")

@@ -1,16 +1,18 @@
 """What a person sees while a job runs and when it ends: progress, notes and the summary.
 
-On a terminal the progress is a tqdm bar; in a log (stderr not a terminal) it is a plain
-line every few seconds; with ``--quiet`` there is none. Either shows the whole job's lines
-(empty rows included: the total counts them) and its sent / invalid / failed so far.
-Notes (a malformed row, a cause of failure, "stopping") go through the progress so they
-never break the bar.
+On a terminal the progress is a tqdm bar; in a log (stderr not a terminal), or on a
+terminal that says it has no columns (a bare pty, some CI consoles: a bar there is
+empty) it is a plain line every few seconds; with ``--quiet`` there is none. Either
+shows the whole job's lines (empty rows included: the total counts them) and its sent /
+invalid / failed so far. Notes (a malformed row, a cause of failure, "stopping") go
+through the progress so they never break the bar.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -20,6 +22,7 @@ from typing import Any, Protocol, TextIO
 import attrs
 
 from .records import OUTCOMES
+from .words import counted
 
 __all__ = [
     "NoteHandler",
@@ -60,7 +63,7 @@ def make_progress(
     """The progress display that suits *stream*: bar, plain lines, or nothing."""
     if quiet:
         return _Silent(stream)
-    if stream.isatty():
+    if stream.isatty() and _columns(stream) > 0:
         return _Bar(total, initial, stream, status)
     return _Plain(total, initial, every, stream, status)
 
@@ -69,6 +72,13 @@ def _status(counts: Counter[str]) -> str:
     """``"1,000 sent, 150 invalid, 50 failed"``."""
     failed = counts["not_sent"] + counts["maybe_sent"]
     return f"{counts['sent']:,} sent, {counts['invalid']:,} invalid, {failed:,} failed"
+
+
+def _columns(stream: TextIO) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError):
+        return 0
 
 
 class _Silent:
@@ -201,6 +211,8 @@ class Tally:
 
     outcomes: Counter[str] = attrs.field(factory=Counter)
     malformed: int = 0
+    #: Rows whose number is on the ``--exclude`` list: recorded invalid, never sent.
+    excluded: int = 0
     #: Rows an earlier run recorded malformed that still are: recorded again, but the
     #: earlier run's (in the whole job's counts, not this run's).
     again: int = 0
@@ -256,10 +268,13 @@ def render_summary(
         lines.append("  " + "  ".join(cells))
     rate = tally.accounted / tally.seconds if tally.seconds > 0 else 0.0
     lines.append(
-        f"  {tally.requests:,} requests, {tally.retries:,} retries, {rate:,.0f} recipients/s"
+        f"  {counted(tally.requests, 'request')}, {counted(tally.retries, 'retry', 'retries')}, "
+        f"{rate:,.0f} recipients/s"
     )
     if tally.malformed:
-        lines.append(f"  invalid includes {tally.malformed:,} malformed input rows")
+        lines.append(f"  invalid includes {counted(tally.malformed, 'malformed input row')}")
+    if tally.excluded:
+        lines.append(f"  invalid includes {counted(tally.excluded, 'excluded number')} (--exclude)")
     if tally.again:
         lines.append(
             f"  {tally.again:,} rows an earlier run recorded malformed still are "
@@ -267,15 +282,19 @@ def render_summary(
         )
     if tally.interrupted:
         lines.append(
-            f"  maybe_sent includes {tally.interrupted:,} lines in flight when an earlier "
-            "run was killed"
+            f"  maybe_sent includes {counted(tally.interrupted, 'line')} in flight when an "
+            "earlier run was killed"
         )
     if tally.skipped:
-        lines.append(f"  skipped {tally.skipped:,} lines already recorded")
+        lines.append(f"  skipped {counted(tally.skipped, 'line')} already recorded")
     if tally.empty:
-        lines.append(f"  skipped {tally.empty:,} empty rows (every field empty; no record)")
+        lines.append(
+            f"  skipped {counted(tally.empty, 'empty row')} (every field empty; no record)"
+        )
     if tally.unexpected:
-        lines.append(f"  the service named {tally.unexpected:,} numbers that were not sent")
+        lines.append(
+            f"  the service named {counted(tally.unexpected, 'number')} that were not sent"
+        )
     if output is not None:
         lines.append(f"  results: {output}")
     return "\n".join(lines)

@@ -30,6 +30,8 @@ _NONE, _DONE, _PENDING, _REDO, _MALFORMED = 0, 1, 2, 3, 4
 _MARK_PENDING = bytes.maketrans(bytes([_NONE]), bytes([_PENDING]))
 _PENDING_RUNS = re.compile(re.escape(bytes([_PENDING])) + b"+")
 _CHECKED = (_DONE, _PENDING)  # lines whose number is known: the input must still hold it
+#: Reasons of rows never offered to the service: their numbers were not "seen" by dedupe.
+_NOT_TRIED = (da.DUPLICATE_REASON, da.EXCLUDED_REASON)
 
 
 def fingerprint(number: str | None) -> int:
@@ -170,7 +172,7 @@ class Recorded:
         if (
             number is not None
             and self.seen is not None
-            and not (outcome == "invalid" and reason == da.DUPLICATE_REASON)
+            and not (outcome == "invalid" and reason in _NOT_TRIED)
         ):
             self.seen.add(self.canonical(number) if self.canonical else number)
         self.kept[outcome] += 1

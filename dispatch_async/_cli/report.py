@@ -33,6 +33,7 @@ from .queue import (
 from .records import OUTCOMES
 from .spec import FAILED, OK, InputSpec, Problem, Target
 from .wake import wait_until_done
+from .words import counted
 
 __all__ = ["QueueReport", "report", "run_enqueue", "run_queue_report"]
 
@@ -157,7 +158,8 @@ async def run_enqueue(
             ttl=DEFAULT_TTL,
         )
         print(
-            f"job {job}: {produced.lines:,} input lines in {produced.chunks:,} chunks; "
+            f"job {job}: {counted(produced.lines, 'input line')} in "
+            f"{counted(produced.chunks, 'chunk')}; "
             f"{produced.enqueued:,} enqueued now, {produced.known:,} already done "
             f"(queue {where(queue_url)})",
             file=err,
@@ -172,7 +174,7 @@ async def run_enqueue(
 
         def progress(done: int, chunks: int) -> None:
             if not quiet:
-                print(f"job {job}: {done:,}/{chunks:,} chunks done", file=err)
+                print(f"job {job}: {done:,}/{counted(chunks, 'chunk')} done", file=err)
 
         await wait_until_done(redis, job=job, key_prefix=key_prefix, on_progress=progress)
         summary = await report(redis, job=job, output=output, key_prefix=key_prefix)
@@ -196,16 +198,17 @@ def _conclude(summary: QueueReport, output: Path | None, err: TextIO) -> int:
     print(f"  chunks: {summary.chunks:,} ({states or 'none'})", file=err)
     if summary.lost:
         print(
-            f"job {summary.job} is not finished: {summary.lost:,} input lines have no record "
-            "(their chunk's rows were gone from Redis: evicted or expired); they may have "
-            "been sent: check them before sending them again",
+            f"job {summary.job} is not finished: {counted(summary.lost, 'input line')} "
+            "without a record (their chunk's rows were gone from Redis: evicted or expired); "
+            "they may have been sent: check them before sending them again",
             file=err,
         )
         return FAILED
     if not summary.complete:
         print(
-            f"job {summary.job} is not finished: {summary.records:,} of {summary.lines:,} "
-            "input lines recorded; run report again once the workers are done",
+            f"job {summary.job} is not finished: {summary.records:,} of "
+            f"{counted(summary.lines, 'input line')} recorded; run report again once the "
+            "workers are done",
             file=err,
         )
         return FAILED

@@ -25,9 +25,10 @@ import click
 from click.core import ParameterSource
 
 from .journal import journal_path, stored_options
+from .rows import Rows
 from .spec import DISK_ERRORS, FAILED, USAGE, Problem, Target
 
-__all__ = ["job_options", "resumed", "stored_job"]
+__all__ = ["as_read", "job_options", "resumed", "stored_job"]
 
 #: What a job stores, by option name, with the flag that sets it (None: the command).
 _STORED: Final = {
@@ -43,6 +44,10 @@ _STORED: Final = {
     "number_column": "--number-column",
     "columns": "--columns",
     "delimiter": "--delimiter",
+    "encoding": "--encoding",
+    "variables": "--var",
+    "only_vars": "--only-vars",
+    "exclude": "--exclude",
     "chunk_size": "--chunk-size",
     "dedupe": "--dedupe",
     "prevalidate": "--prevalidate",
@@ -50,14 +55,28 @@ _STORED: Final = {
 }
 _TARGET_FIELDS: Final = tuple(field.name for field in attrs.fields(Target))
 _GIVEN: Final = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+#: The stored options that name files: compared by the file they name.
+_PATHS: Final = ("input_path", "exclude")
 
 
 def job_options(target: Target, options: dict[str, Any]) -> dict[str, Any]:
-    """What the journal of a new job stores (the input path made absolute)."""
-    values = {name: options.get(name) for name in _STORED} | attrs.asdict(target)
-    if values["input_path"] not in (None, "-"):
-        values["input_path"] = os.path.abspath(values["input_path"])
+    """What the journal of a new job stores (paths made absolute).
+
+    ``encoding`` is the one given; the job stores the one it read (see ``send``).
+    """
+    values: dict[str, Any] = {name: options.get(name) for name in _STORED}
+    values |= attrs.asdict(target)
+    for name in _PATHS:
+        if values[name] not in (None, "-"):
+            values[name] = os.path.abspath(values[name])
     return values
+
+
+def as_read(options: dict[str, Any], rows: Rows) -> dict[str, Any]:
+    """*options* with the encoding the input was read in: a resume reads it the same way."""
+    if rows.layout is None or "encoding" not in options:
+        return options
+    return options | {"encoding": rows.layout.encoding.codec}
 
 
 def resumed(
@@ -86,7 +105,7 @@ def resumed(
             f"{output} has no journal ({journal.name}): the job ran to its "
             "end, so its options are gone. Give its flags again (send ENDPOINT ... -o "
             f"{output} --resume) to send its not_sent lines, or write them to a retry "
-            f"file with: dispatch-async export -o {output} --input FILE"
+            f"file with: dispatch-async export {output} --input FILE -o retry.csv"
         ) from None
     except OSError as exc:
         code = FAILED if exc.errno in DISK_ERRORS else USAGE
@@ -185,7 +204,10 @@ def _as_flag(
             )
         return None
     kind, what = _kind(param)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+    wrong = not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
+    if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+        wrong = True
+    if wrong:
         raise Problem(f"{stored}, which is not {what}: fix that value in its first line")
     try:
         value = param.type_cast_value(ctx, value)
@@ -203,6 +225,8 @@ def _kind(param: click.Option) -> tuple[type | tuple[type, ...], str]:
     """The JSON kind of value the flag gives, and its name for a message."""
     if param.is_flag:
         return bool, "true or false"
+    if param.multiple:
+        return list, "a list of strings"
     if isinstance(param.type, click.types.IntParamType):
         return int, "a whole number"
     if isinstance(param.type, click.types.FloatParamType):
@@ -218,7 +242,7 @@ def _envvar(ctx: click.Context, name: str) -> str:
 
 
 def _same(name: str, given: object, stored: object) -> bool:
-    if name == "input_path" and isinstance(given, str) and isinstance(stored, str):
+    if name in _PATHS and isinstance(given, str) and isinstance(stored, str):
         return given == stored or os.path.realpath(given) == os.path.realpath(stored)
     return given == stored
 

@@ -44,7 +44,9 @@ class Rows:
     """An open input: iterate it for rows; ``close()`` releases the file (never stdin).
 
     ``empty`` counts the rows skipped so far because every field was empty (the ``;;;``
-    lines spreadsheets export): they are not rows, so they get no record.
+    lines spreadsheets export): they are not rows, so they get no record. ``variables``
+    are the vars every row of a CSV carries, ``(var, column)``; None for JSONL, whose
+    lines each say theirs.
     """
 
     def __init__(self, stream: IO[bytes], *, owned: bool, kind: str) -> None:
@@ -53,6 +55,7 @@ class Rows:
         self._owned = owned
         self.kind = kind
         self.layout: CsvLayout | None = None
+        self.variables: tuple[tuple[str, str], ...] | None = None
         self.empty = 0
 
     def __iter__(self) -> Iterator[Row]:

@@ -33,10 +33,12 @@ import dispatch_async as da
 
 from .advice import LocalNumbers, export_command, too_many_invalid
 from .causes import Causes, said
+from .exclude import ExcludeList, load_exclude
 from .input import Row, count_lines, line_bound
 from .journal import JobFiles, Recorded
 from .progress import Progress, Tally, logging_to, make_progress, render_summary
 from .records import SHOWN_MALFORMED, Failure, failed_record, malformed_note, part_records
+from .resume import as_read
 from .source import Reading, Source, check_input
 from .spec import FAILED, OK, JobSpec, Problem, dedupe_key, sent_as
 
@@ -140,7 +142,8 @@ class SendJob:
         tally.empty += batch.empty
         if batch.records:
             self._files.append(batch.records)
-            tally.outcomes["invalid"] += len(batch.malformed) + batch.duplicates
+            tally.outcomes["invalid"] += len(batch.malformed) + batch.duplicates + batch.excluded
+            tally.excluded += batch.excluded
             tally.outcomes["maybe_sent"] += batch.interrupted
             tally.malformed += len(batch.malformed)
             tally.again += batch.again
@@ -302,9 +305,10 @@ async def run_send(spec: JobSpec) -> int:
     hooks = () if display.verbose <= 0 else None
     session = spec.connection.session(hooks=hooks, **spec.connection.rate_options())
     rows = spec.input.open()
-    stored = None if spec.job_options is None else orjson.dumps(spec.job_options)
+    stored = None if spec.job_options is None else orjson.dumps(as_read(spec.job_options, rows))
     files = JobFiles(spec.output, max_line=line_bound(spec.input.path), options=stored)
     job = SendJob(spec, files)
+    exclude: ExcludeList | None = None
     try:
         async with session:
             # Built first: it checks the endpoint's fields before any file is touched.
@@ -318,6 +322,7 @@ async def run_send(spec: JobSpec) -> int:
             except da.DispatchError as exc:
                 raise Problem(str(exc)) from None
             await _check_credentials(session)
+            exclude = await load_exclude(spec)
             recorded = files.start(
                 resume=spec.resume,
                 resend_maybe_sent=spec.resend_maybe_sent,
@@ -338,9 +343,15 @@ async def run_send(spec: JobSpec) -> int:
                 stream=display.err,
                 status=job.counts,
             )
-            job.begin(Source(rows, recorded, spec.output), progress, Counter(recorded.kept))
+            job.begin(
+                Source(rows, recorded, spec.output, exclude), progress, Counter(recorded.kept)
+            )
             if not display.quiet:
                 progress.note(_intro(spec, recorded))
+                if rows.layout is not None:
+                    progress.note(f"input encoding: {rows.layout.encoding.describe()}")
+                if exclude is not None:
+                    progress.note(exclude.describe())
             with logging_to(progress, display.verbose):
                 # Only a run that returned can be complete: any exception (a write error, a
                 # bug) leaves the journal, so --resume settles what may have been sent.
@@ -357,6 +368,8 @@ async def run_send(spec: JobSpec) -> int:
     finally:
         rows.close()
         files.close()
+        if exclude is not None:
+            exclude.close()
 
 
 async def _check_credentials(session: da.DispatchSession) -> None:

@@ -14,6 +14,7 @@ import attrs
 
 import dispatch_async as da
 
+from .exclude import ExcludeList
 from .input import Row, Rows, UnreadableInput, is_regular_file
 from .journal import Recorded
 from .records import failed_record, invalid_record, malformed_record
@@ -38,18 +39,29 @@ class Reading:
     empty: int = 0
     interrupted: int = 0
     duplicates: int = 0
+    excluded: int = 0
     skipped: int = 0
     end: bool = False
 
 
 class Source:
-    """Reads rows and applies what earlier runs recorded; called from a worker thread."""
+    """Reads rows and applies what earlier runs recorded; called from a worker thread.
 
-    def __init__(self, rows: Rows, recorded: Recorded, output: Path | None) -> None:
+    *exclude*: numbers never to send; their rows are settled ``invalid``, excluded.
+    """
+
+    def __init__(
+        self,
+        rows: Rows,
+        recorded: Recorded,
+        output: Path | None,
+        exclude: ExcludeList | None = None,
+    ) -> None:
         self._input = rows
         self._rows: Iterator[Row] = iter(rows)
         self._recorded = recorded
         self._output = output
+        self._exclude = exclude
         self.last_line = 0
 
     def read(self, size: int) -> Reading:
@@ -57,6 +69,8 @@ class Source:
         empty = self._input.empty
         batch = self._read(size)
         batch.empty = self._input.empty - empty
+        if self._exclude is not None and batch.rows:
+            _drop_excluded(batch, self._exclude)
         return batch
 
     def _read(self, size: int) -> Reading:
@@ -131,6 +145,23 @@ class Source:
             batch.end = True
         self.last_line = line
         return batch
+
+
+def _drop_excluded(batch: Reading, exclude: ExcludeList) -> None:
+    """Settle the rows of *batch* whose number *exclude* holds: recorded, never sent."""
+    key = exclude.key
+    keys = [key(row.message["number"]) for row in batch.rows]  # type: ignore[index]
+    found = exclude.among(keys)
+    if not found:
+        return
+    kept = []
+    for row, number in zip(batch.rows, keys, strict=True):
+        if number in found:
+            batch.records.append(invalid_record(row.line, row.number, da.EXCLUDED_REASON))
+            batch.excluded += 1
+        else:
+            kept.append(row)
+    batch.rows = kept
 
 
 def check_input(spec: InputSpec, recorded: Recorded, output: Path | None) -> None:

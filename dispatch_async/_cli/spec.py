@@ -34,6 +34,7 @@ __all__ = [
     "SendSettings",
     "Target",
     "dedupe_key",
+    "exclude_key",
     "sent_as",
 ]
 
@@ -214,6 +215,11 @@ class InputSpec:
     number_column: str = "number"
     columns: tuple[str, ...] | None = None
     delimiter: str | None = None
+    #: The codec (None: UTF-8 or Windows-1252, as the file says).
+    encoding: str | None = None
+    #: ``--var``: ``(var, column)`` pairs; ``--only-vars``: no other column is sent.
+    variables: tuple[tuple[str, str], ...] = ()
+    only_vars: bool = False
 
     def open(self) -> Rows:
         """The rows of the input (Problem if it cannot be read)."""
@@ -224,16 +230,27 @@ class InputSpec:
                 number_column=self.number_column,
                 columns=self.columns,
                 delimiter=self.delimiter,
+                encoding=self.encoding,
+                variables=self.variables,
+                only_vars=self.only_vars,
             )
         except InputProblem as exc:
             raise Problem(f"{self.path}: {exc}") from None
         except OSError as exc:
             raise Problem(f"cannot read {self.path}: {exc.strerror}") from None
         if rows.kind == "jsonl" and (
-            self.columns is not None or self.number_column != "number" or self.delimiter
+            self.columns is not None
+            or self.number_column != "number"
+            or self.delimiter
+            or self.encoding
+            or self.variables
+            or self.only_vars
         ):
             rows.close()
-            raise Problem("--columns, --number-column and --delimiter apply to CSV input only")
+            raise Problem(
+                "--columns, --number-column, --delimiter, --encoding, --var and --only-vars "
+                "apply to CSV input only"
+            )
         return rows
 
 
@@ -266,6 +283,8 @@ class JobSpec:
     display: Display = Display()
     #: What the journal of a new job stores, for ``--resume`` without flags.
     job_options: dict[str, Any] | None = None
+    #: ``--exclude``: the file of numbers never to send.
+    exclude: str | None = None
     #: ``--max-invalid``: the percent of the job's lines above which invalid ones fail it.
     max_invalid: float | None = None
 
@@ -289,6 +308,24 @@ def sent_as(settings: SendSettings) -> Callable[[str], str] | None:
     None without it: the number is sent as written.
     """
     return _e164(settings.region) if settings.prevalidate else None
+
+
+def exclude_key(settings: SendSettings) -> Callable[[str], str]:
+    """The form ``--exclude`` compares numbers in: E.164 (``--region`` for local numbers).
+
+    A number that is not a phone number is compared by its digits: ``(11) 98765-4321``
+    and ``11 98765-4321`` are one number then. Wider than ``dedupe_key``: for an opt-out
+    list, a match in doubt is a message not sent.
+    """
+    _e164(settings.region)  # Problem without phonenumbers
+    region = settings.region
+
+    def key(number: str) -> str:
+        if number[:1] == "+" and number[1:].isascii() and number[1:].isdigit():
+            return number  # already in the form: not parsed again (it costs 70 us)
+        return da.to_e164(number, region) or "".join(filter(str.isdigit, number)) or number
+
+    return key
 
 
 def _e164(region: str | None) -> Callable[[str], str]:

@@ -18,14 +18,15 @@ It is an independent model of the service and shares no code with the client.
 With pytest-asyncio installed, the ``dispatch_server`` fixture gives a started server.
 `FakeClock` is a clock on which retries wait no time, for ``RetryPolicy(clock=...)``.
 ``python -m dispatch_async.testing --port 8000`` runs one standalone (see ``--help``);
-`main` is that command line, and `serve_forever` does the same from code.
+`main` is that command line (its options: `argument_parser`), and `serve_forever` does
+the same from code.
 """
 
 from ._clock import FakeClock
 from ._faults import Fault, FaultKind
 from ._recorder import DEFAULT_RECORDED_BODY_BYTES, DEFAULT_RECORDED_REQUESTS, RecordedRequest
 from ._server import DEFAULT_TEMPLATES, FakeDispatchServer
-from ._standalone import main, serve_forever
+from ._standalone import argument_parser, main, serve_forever
 from ._stats import ServerStats
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "FaultKind",
     "RecordedRequest",
     "ServerStats",
+    "argument_parser",
     "main",
     "serve_forever",
 ]

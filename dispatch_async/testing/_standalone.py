@@ -15,7 +15,7 @@ from ._recorder import DEFAULT_RECORDED_REQUESTS
 from ._server import FakeDispatchServer
 from ._stats import ServerStats
 
-__all__ = ["main", "serve_forever"]
+__all__ = ["argument_parser", "main", "serve_forever"]
 
 
 def _announce(url: str) -> None:
@@ -75,7 +75,9 @@ def _template(text: str) -> tuple[str, tuple[str, ...]]:
     return name, tuple(var for var in needs.split(",") if var)
 
 
-def _parser(prog: str) -> argparse.ArgumentParser:
+def argument_parser(prog: str = "python -m dispatch_async.testing") -> argparse.ArgumentParser:
+    """The simulator's command-line options, each defined once: `main` parses with it, and
+    ``dispatch-async serve`` builds its options from it."""
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Run the dispatch API simulator until interrupted; prints its URL.",
@@ -178,7 +180,7 @@ def main(
 
     *prog* is the command's name in ``--help`` and usage errors.
     """
-    parser = _parser(prog)
+    parser = argument_parser(prog)
     args = parser.parse_args(argv)
     optional: dict[str, Any] = {}
     if args.expires_in is not None:
@@ -222,9 +224,15 @@ def _summary(stats: ServerStats) -> str:
     """What the simulator saw, for a person who just stopped it."""
     statuses = ", ".join(f"{code}: {n:,}" for code, n in sorted(stats.status_counts.items()))
     return (
-        f"simulator stopped: {stats.token_calls:,} token requests, {stats.requests:,} "
-        f"/api/v3 requests, {stats.dispatch_calls:,} dispatches acted on, "
-        f"{stats.recipients_received:,} recipients received "
+        f"simulator stopped: {_counted(stats.token_calls, 'token request')}, "
+        f"{_counted(stats.requests, '/api/v3 request')}, "
+        f"{_counted(stats.dispatch_calls, 'dispatch', 'dispatches')} acted on, "
+        f"{_counted(stats.recipients_received, 'recipient')} received "
         f"({sum(stats.duplicates.values()):,} more than once), {stats.rate_limited:,} "
         f"rate-limited; answers by status: {statuses or 'none'}"
     )
+
+
+def _counted(count: int, singular: str, plural: str | None = None) -> str:
+    # The simulator shares no code with the client: its own two lines.
+    return f"{count:,} {singular if count == 1 else plural or singular + 's'}"

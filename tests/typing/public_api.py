@@ -119,6 +119,10 @@ async def per_call_options(session: da.DispatchSession) -> None:
     web: da.DispatchSession = session.with_options(timeout=2.0, deadline=5.0)
     await web.send_basic(["+5511987654321"], text="x")
     session.with_options(chunk_size="big")  # type: ignore[arg-type]
+    opted_out: da.DispatchSession = session.with_options(exclude=frozenset({"+5511912345678"}))
+    await opted_out.send_basic(["+5511987654321"], text="x", exclude=lambda n: n.endswith("0"))
+    reason: str = da.EXCLUDED_REASON
+    print(reason)
 
 
 async def learned_rate() -> None:
