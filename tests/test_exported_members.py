@@ -74,3 +74,14 @@ def test_instrumentation_package_exports_the_hook_protocol() -> None:
             continue
         module = getattr(instrumentation, name).__module__
         assert module.startswith("dispatch_async.instrumentation._"), name
+
+
+def test_callbacks_package_exports_its_names_from_private_modules() -> None:
+    import dispatch_async.callbacks as callbacks
+
+    names = callbacks.__all__
+    assert names == sorted(names, key=isort_order)
+    assert {"DeliveryEvent", "DeliveryStatus", "parse_event"} <= set(names)
+    for name in names:
+        module = getattr(callbacks, name).__module__
+        assert module.startswith("dispatch_async.callbacks._"), name
