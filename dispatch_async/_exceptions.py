@@ -32,6 +32,8 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     ├── CallbackError                           a callback you passed raised (the __cause__)
     ├── DeliveryEventError (also ValueError)    a delivery callback's body that cannot be an
     │                                           event; ``status`` is the receiver's answer
+    ├── DeliveryStoreError                      the delivery store could not write or read
+    │                                           (its own error is the __cause__)
     └── FailedRecipientsError                   raise_for_failures() found failed recipients
 
 Every error has ``maybe_sent``: whether the service may have acted on the request that
@@ -61,6 +63,7 @@ __all__ = [
     "ConnectionLostError",
     "DeadlineExceededError",
     "DeliveryEventError",
+    "DeliveryStoreError",
     "DispatchError",
     "EventLoopError",
     "FailedRecipientsError",
@@ -274,6 +277,13 @@ class DeliveryEventError(DispatchError, ValueError):
     def __init__(self, message: str, *, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+class DeliveryStoreError(DispatchError):
+    """The delivery store (SQLite, Redis) failed; ``__cause__`` is its own error.
+
+    An event whose write failed was not acknowledged: the service delivers it again.
+    """
 
 
 class FailedRecipientsError(DispatchError):

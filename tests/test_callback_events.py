@@ -124,6 +124,9 @@ class TestEventKey:
         again = parse_event(b'{ "event_id":"e","type":"READ",  "reference":"r" }')
         assert first.key == again.key
 
+    def test_a_null_field_and_a_missing_one_give_the_same_key(self) -> None:
+        assert parse_event(body(session_id=None)).key == parse_event(body(session_id=...)).key
+
     def test_distinct_events_of_one_message_have_distinct_keys(self) -> None:
         keys = {
             parse_event(body(type="DELIVERED")).key,

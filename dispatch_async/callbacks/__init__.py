@@ -1,15 +1,26 @@
 """Delivery tracking: the service's callbacks, read, stored and matched to your sends.
 
 The service POSTs an event to the request's ``callback`` URL for every step of a
-message (sent, delivered, read, a reply, a failure). `parse_event` reads one;
-the delivery-status vocabulary is `DeliveryStatus`.
+message (sent, delivered, read, a reply, a failure). `parse_event` reads one
+(`DeliveryEvent`, its meaning a `DeliveryStatus`); a `DeliveryTracker` stores them in a
+`DeliveryStore` (`SQLiteDeliveryStore`, `RedisDeliveryStore`) and answers what each
+message's state is (`MessageState`).
 """
 
 from ._events import DeliveryEvent, parse_event
+from ._redis_store import RedisDeliveryStore
+from ._sqlite import SQLiteDeliveryStore
 from ._status import DeliveryStatus
+from ._store import DeliveryStore, MessageState
+from ._tracker import DeliveryTracker
 
 __all__ = [
     "DeliveryEvent",
     "DeliveryStatus",
+    "DeliveryStore",
+    "DeliveryTracker",
+    "MessageState",
+    "RedisDeliveryStore",
+    "SQLiteDeliveryStore",
     "parse_event",
 ]

@@ -43,7 +43,8 @@ class DeliveryEvent:
     value of a mistyped field is kept in ``extra``). ``type`` is as the service sent it;
     ``status`` is what it means (`DeliveryStatus`). ``key`` identifies the event: the
     same event delivered twice (the service retries) has the same key, whatever the
-    order of its fields.
+    order of its fields, and whether a null field is sent or left out. ``received_at``
+    is set on events read back from a store.
     """
 
     reference: str
@@ -60,6 +61,8 @@ class DeliveryEvent:
     #: Fields the vendor does not document, as they came.
     extra: Mapping[str, Any] = attrs.field(factory=dict)
     key: str = attrs.field(default="", repr=False)
+    #: When a store received it (None for an event just parsed).
+    received_at: dt.datetime | None = attrs.field(default=None, repr=False, eq=False)
 
     @property
     def occurred_at(self) -> dt.datetime | None:
@@ -114,13 +117,21 @@ def event_from(data: dict[str, Any]) -> DeliveryEvent:
         message = None
     if len(data) > len(_KNOWN) or not _KNOWN.issuperset(data):
         extra.update((k, v) for k, v in data.items() if k not in _KNOWN)
+    type_, channel, direction = fields["type"], fields["channel"], fields["direction"]
     return DeliveryEvent(
         reference=reference,
-        status=status_of(fields["type"], fields["channel"], fields["direction"]),
+        status=status_of(type_, channel, direction),
+        type=type_,
+        direction=direction,
+        channel=channel,
+        user_id=fields["user_id"],
+        campaign_name=fields["campaign_name"],
+        event_id=fields["event_id"],
+        session_id=fields["session_id"],
+        timestamp=fields["timestamp"],
         message=message,
         extra=extra or _EMPTY,
         key=_digest(data),
-        **fields,
     )
 
 
@@ -156,6 +167,8 @@ def _text(value: object) -> str | None:
 
 
 def _digest(data: Mapping[str, Any]) -> str:
-    # The same event re-delivered may come with its fields in another order or spacing.
-    canonical = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    # The same event re-delivered may come with its fields in another order or spacing,
+    # or a null field left out.
+    present = {k: v for k, v in data.items() if v is not None}
+    canonical = orjson.dumps(present, option=orjson.OPT_SORT_KEYS)
     return hashlib.blake2b(canonical, digest_size=16).hexdigest()
