@@ -4,10 +4,14 @@ The service POSTs an event to the request's ``callback`` URL for every step of a
 message (sent, delivered, read, a reply, a failure). `parse_event` reads one
 (`DeliveryEvent`, its meaning a `DeliveryStatus`); a `DeliveryTracker` stores them in a
 `DeliveryStore` (`SQLiteDeliveryStore`, `RedisDeliveryStore`) and answers what each
-message's state is (`MessageState`).
+message's state is (`MessageState`). A `CallbackReceiver` is the endpoint the service
+posts to: mount it with `asgi_app` (FastAPI, Starlette) or `aiohttp_handler`.
 """
 
+from ._aiohttp import aiohttp_handler
+from ._asgi import asgi_app
 from ._events import DeliveryEvent, parse_event
+from ._receiver import CallbackReceiver
 from ._redis_store import RedisDeliveryStore
 from ._sqlite import SQLiteDeliveryStore
 from ._status import DeliveryStatus
@@ -15,6 +19,7 @@ from ._store import DeliveryStore, MessageState
 from ._tracker import DeliveryTracker
 
 __all__ = [
+    "CallbackReceiver",
     "DeliveryEvent",
     "DeliveryStatus",
     "DeliveryStore",
@@ -22,5 +27,7 @@ __all__ = [
     "MessageState",
     "RedisDeliveryStore",
     "SQLiteDeliveryStore",
+    "aiohttp_handler",
+    "asgi_app",
     "parse_event",
 ]
