@@ -38,7 +38,8 @@ def test_every_exported_member_is_defined_in_a_private_module() -> None:
 
 def test_testing_package_exports_the_simulator() -> None:
     assert "FakeDispatchServer" in dispatch_async.testing.__all__
-    assert dispatch_async.testing.__all__ == sorted(dispatch_async.testing.__all__)
+    names = dispatch_async.testing.__all__
+    assert names == sorted(names, key=isort_order)
 
 
 def test_version_comes_from_the_package_metadata() -> None:

@@ -23,6 +23,8 @@ import dispatch_async.testing
 from dispatch_async.testing import FakeDispatchServer, Fault, FaultKind, serve_forever
 from dispatch_async.testing.__main__ import main
 
+from .test_exported_members import isort_order
+
 pytest_plugins = ["pytester"]
 
 VALID = "+5511999990001"
@@ -1089,9 +1091,12 @@ class TestPytestPlugin:
 class TestPublicSurface:
     def test_all_is_exactly_the_public_surface(self) -> None:
         exported = dispatch_async.testing.__all__
-        assert exported == sorted(exported)
+        assert exported == sorted(exported, key=isort_order)
         assert set(exported) == {
             "DEFAULT_TEMPLATES",
+            "CallbackPlan",
+            "CallbackSender",
+            "CallbackStats",
             "FakeDispatchServer",
             "Fault",
             "FaultKind",

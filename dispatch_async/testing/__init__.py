@@ -13,11 +13,15 @@ saw in `ServerStats`, and can be scripted with `Fault` values::
 
 It is an independent model of the service and shares no code with the client.
 
+``FakeDispatchServer(callbacks=CallbackPlan(...))`` also posts delivery callbacks (see
+`CallbackPlan`) to each request's callback URL.
+
 With pytest-asyncio installed, the ``dispatch_server`` fixture gives a started server.
 ``python -m dispatch_async.testing --port 8000`` runs one standalone (see ``--help``);
 `main` is that command line, and `serve_forever` does the same from code.
 """
 
+from ._callbacks import CallbackPlan, CallbackSender, CallbackStats
 from ._faults import Fault, FaultKind
 from ._server import DEFAULT_TEMPLATES, FakeDispatchServer
 from ._standalone import main, serve_forever
@@ -25,6 +29,9 @@ from ._stats import ServerStats
 
 __all__ = [
     "DEFAULT_TEMPLATES",
+    "CallbackPlan",
+    "CallbackSender",
+    "CallbackStats",
     "FakeDispatchServer",
     "Fault",
     "FaultKind",
