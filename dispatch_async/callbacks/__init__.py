@@ -6,6 +6,7 @@ message (sent, delivered, read, a reply, a failure). `parse_event` reads one
 `DeliveryStore` (`SQLiteDeliveryStore`, `RedisDeliveryStore`) and answers what each
 message's state is (`MessageState`). A `CallbackReceiver` is the endpoint the service
 posts to: mount it with `asgi_app` (FastAPI, Starlette) or `aiohttp_handler`.
+`resolve_maybe_sent` turns ``maybe_sent`` recipients the callbacks confirm into sent ones.
 """
 
 from ._aiohttp import aiohttp_handler
@@ -13,6 +14,7 @@ from ._asgi import asgi_app
 from ._events import DeliveryEvent, parse_event
 from ._receiver import CallbackReceiver
 from ._redis_store import RedisDeliveryStore
+from ._resolve import MaybeSentResolution, resolve_maybe_sent
 from ._sqlite import SQLiteDeliveryStore
 from ._status import DeliveryStatus
 from ._store import DeliveryStore, MessageState
@@ -24,10 +26,12 @@ __all__ = [
     "DeliveryStatus",
     "DeliveryStore",
     "DeliveryTracker",
+    "MaybeSentResolution",
     "MessageState",
     "RedisDeliveryStore",
     "SQLiteDeliveryStore",
     "aiohttp_handler",
     "asgi_app",
     "parse_event",
+    "resolve_maybe_sent",
 ]

@@ -50,38 +50,36 @@ class CallbackPlan:
     """What the simulator's callbacks say, and what the network does to them.
 
     Shares are probabilities, drawn per message (outcomes) or per event (faults).
-
-    Args:
-        delivered: share of messages delivered (the others get ``EXCEPTION``/``ERROR``).
-        sms_fallback: share of delivered messages whose phone has no RCS: delivered on
-            channel ``SMS`` when the request has an SMS fallback, else ``EXCEPTION``.
-        read: share of messages delivered by RCS that are then read.
-        replied: share of read messages that get an inbound ``text`` reply.
-        block_duplicates: identical content to the same number within an hour gets
-            ``bloqueado por duplicidade`` instead of being sent.
-        duplicates: share of events posted twice.
-        reorder: share of messages whose events are posted in a shuffled order.
-        delay: each event waits a random 0 to *delay* seconds before it is posted.
-        drop: share of events never posted.
-        max_attempts: posts of one event at most, while the receiver answers other than
-            2xx (or cannot be reached).
-        retry_wait: seconds between those attempts.
-        concurrency: events being posted at once.
-        seed: seeds every draw (None: a fresh seed).
     """
 
+    #: Share of messages delivered (the others get ``EXCEPTION`` or ``ERROR``).
     delivered: float = 1.0
+    #: Share of delivered messages whose phone has no RCS: delivered on channel ``SMS``
+    #: when the request has an SMS fallback, else ``EXCEPTION``.
     sms_fallback: float = 0.0
+    #: Share of messages delivered by RCS that are then read.
     read: float = 0.5
+    #: Share of read messages that get an inbound ``text`` reply.
     replied: float = 0.0
+    #: Identical content (the text, or the template) to the same number within an hour
+    #: gets ``bloqueado por duplicidade`` instead of being sent.
     block_duplicates: bool = True
+    #: Share of events posted twice.
     duplicates: float = 0.0
+    #: Share of messages whose events are posted in a shuffled order.
     reorder: float = 0.0
+    #: Each event waits a random 0 to this many seconds before it is posted.
     delay: float = 0.0
+    #: Share of events never posted.
     drop: float = 0.0
+    #: Posts of one event at most, while the receiver answers other than 2xx (or cannot
+    #: be reached).
     max_attempts: int = 3
+    #: Seconds between those posts.
     retry_wait: float = 0.05
+    #: Events being posted at once.
     concurrency: int = 8
+    #: Seeds every draw (None: a fresh seed).
     seed: int | None = None
 
 
