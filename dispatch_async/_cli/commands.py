@@ -20,6 +20,7 @@ from click.core import ParameterSource
 import dispatch_async as da
 import dispatch_async.testing
 
+from .callbacks import callbacks
 from .input import Format
 from .options import (
     connection,
@@ -317,6 +318,9 @@ def serve(arguments: tuple[str, ...]) -> None:
     --rate-limit R. It prints what it saw when stopped; GET /_stats shows it meanwhile.
     """
     raise SystemExit(dispatch_async.testing.main(list(arguments), prog="dispatch-async serve"))
+
+
+cli.add_command(callbacks)
 
 
 # -- from options to a job -----------------------------------------------------------
