@@ -15,13 +15,17 @@ from aiohttp import web
 import dispatch_async as da
 from dispatch_async.callbacks import (
     CallbackReceiver,
+    CallbackServer,
     DeliveryStatus,
     DeliveryTracker,
+    SQLiteDeliveryStore,
     aiohttp_handler,
 )
 from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
 
 from .conftest import SECRET, numbers, session_for
+
+pytest_plugins = ["pytester"]
 
 DOCUMENTED = {
     "reference",
@@ -311,3 +315,69 @@ class TestFaultsOfTheService:
         assert len(referenced) == 3
         assert set(result.valid.ids) <= referenced
         assert result.valid.ids
+
+
+def files_of(database: Path) -> list[str]:
+    return [end for end in ("", "-wal", "-shm") if Path(f"{database}{end}").exists()]
+
+
+class TestCallbackServer:
+    async def test_receives_the_simulators_callbacks_and_cleans_up(self) -> None:
+        async with CallbackServer() as receiver:
+            async with simulator(read=1.0) as server, session_for(server) as session:
+                await session.send_basic(
+                    numbers(2), text="oi", campaign_name="c", callback=receiver.url
+                )
+                assert server.callbacks is not None
+                await server.callbacks.settled()
+            assert await receiver.tracker.counts("c") == {DeliveryStatus.READ: 2}
+            store = receiver.tracker.store
+            assert isinstance(store, SQLiteDeliveryStore)
+            assert files_of(store.path) == ["", "-wal", "-shm"]
+        assert files_of(store.path) == []
+
+    async def test_keeps_the_tracker_it_was_given(self, tmp_path: Path) -> None:
+        tracker = DeliveryTracker(tmp_path / "kept.sqlite3")
+        async with CallbackServer(tracker, path="/hooks/rcs/") as receiver:
+            assert receiver.url.startswith(f"http://127.0.0.1:{receiver.port}/hooks/rcs/")
+        assert files_of(tmp_path / "kept.sqlite3") == [""]
+        assert "closed" in repr(tracker)
+
+    def test_the_pytest_fixture_gives_a_started_server(self, pytester: pytest.Pytester) -> None:
+        pytester.makepyfile(
+            """
+            import pytest
+            from dispatch_async.callbacks import DeliveryStatus
+            from dispatch_async.testing import CallbackPlan, FakeDispatchServer
+            import dispatch_async as da
+
+            @pytest.mark.asyncio
+            async def test_it(callback_server):
+                plan = CallbackPlan(read=1.0)
+                async with FakeDispatchServer(callbacks=plan) as server:
+                    async with da.DispatchSession(
+                        server.url, client_secret="test-secret", account="a"
+                    ) as session:
+                        result = await session.send_basic(
+                            ["+5511987654321"], text="oi", callback=callback_server.url
+                        )
+                    await server.callbacks.settled()
+                state = await callback_server.tracker.message(result.valid[0].id)
+                assert state.status is DeliveryStatus.READ
+            """
+        )
+        result = pytester.runpytest_inprocess(
+            "-p",
+            "no:dispatch_async",
+            "-p",
+            "dispatch_async.testing._pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:hypothesispytest",
+            "-o",
+            "asyncio_default_fixture_loop_scope=function",
+            "-W",
+            "error",
+        )
+        result.assert_outcomes(passed=1)

@@ -19,16 +19,15 @@ from typing import Any
 
 import attrs
 import click
-from aiohttp import web
 
 import dispatch_async as da
 from dispatch_async.callbacks import (
     CallbackReceiver,
+    CallbackServer,
     DeliveryStore,
     DeliveryTracker,
     RedisDeliveryStore,
     SQLiteDeliveryStore,
-    aiohttp_handler,
 )
 
 __all__ = ["callbacks"]
@@ -109,20 +108,21 @@ async def run_serve(config: ServeConfig) -> int:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     try:
-        token = _token(config)
         store: DeliveryStore = (
             SQLiteDeliveryStore(config.store)
             if config.store is not None
             else RedisDeliveryStore(str(config.redis), key_prefix=config.key_prefix)
         )
-        tracker = DeliveryTracker(store)
-        receiver = CallbackReceiver(
-            tracker,
-            token=token,
+        server = CallbackServer(
+            DeliveryTracker(store),
+            token=_token(config),
+            host=config.host,
+            port=config.port,
+            path=config.path,
             allowed_ips=config.allowed_ips or None,
             max_body_bytes=config.max_body_bytes,
         )
-        await tracker.open()
+        await server.start()
     except (da.ConfigurationError, da.DeliveryStoreError, OSError) as exc:
         click.echo(f"Error: {exc}", err=True)
         return 2
@@ -130,29 +130,16 @@ async def run_serve(config: ServeConfig) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stopping.set)
-    app = web.Application()
-    path = "/" + config.path.strip("/")
-    app.router.add_route("*", f"{path.rstrip('/')}/{{token}}", aiohttp_handler(receiver))
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
     try:
-        try:
-            await web.TCPSite(runner, config.host, config.port, backlog=1024).start()
-        except OSError as exc:
-            click.echo(f"Error: cannot listen on {config.host}:{config.port}: {exc}", err=True)
-            return 2
-        host, port = runner.addresses[0][:2]
-        shown = f"[{host}]" if ":" in host else host
         where = "Redis" if config.store is None else str(config.store)
-        click.echo(f"listening on http://{shown}:{port}{path}/<token>, storing into {where}")
+        click.echo(f"listening on {server.base}/<token>, storing into {where}")
         click.echo(f"the token is in {_token_source(config)}: keep it secret", err=True)
         sys.stdout.flush()
         await stopping.wait()
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-        await runner.cleanup()
-        await tracker.aclose()
+        await server.aclose()
     click.echo("stopped: every acknowledged event is stored", err=True)
     return 0
 

@@ -5,7 +5,8 @@ message (sent, delivered, read, a reply, a failure). `parse_event` reads one
 (`DeliveryEvent`, its meaning a `DeliveryStatus`); a `DeliveryTracker` stores them in a
 `DeliveryStore` (`SQLiteDeliveryStore`, `RedisDeliveryStore`) and answers what each
 message's state is (`MessageState`). A `CallbackReceiver` is the endpoint the service
-posts to: mount it with `asgi_app` (FastAPI, Starlette) or `aiohttp_handler`.
+posts to: mount it with `asgi_app` (FastAPI, Starlette) or `aiohttp_handler`, or run
+it on its own server (`CallbackServer`).
 `resolve_maybe_sent` turns ``maybe_sent`` recipients the callbacks confirm into sent ones.
 """
 
@@ -15,6 +16,7 @@ from ._events import DeliveryEvent, parse_event
 from ._receiver import CallbackReceiver
 from ._redis_store import RedisDeliveryStore
 from ._resolve import MaybeSentResolution, resolve_maybe_sent
+from ._serve import CallbackServer
 from ._sqlite import SQLiteDeliveryStore
 from ._status import DeliveryStatus
 from ._store import DeliveryStore, MessageState
@@ -22,6 +24,7 @@ from ._tracker import DeliveryTracker
 
 __all__ = [
     "CallbackReceiver",
+    "CallbackServer",
     "DeliveryEvent",
     "DeliveryStatus",
     "DeliveryStore",

@@ -16,7 +16,8 @@ It is an independent model of the service and shares no code with the client.
 ``FakeDispatchServer(callbacks=CallbackPlan(...))`` also posts delivery callbacks (see
 `CallbackPlan`) to each request's callback URL.
 
-With pytest-asyncio installed, the ``dispatch_server`` fixture gives a started server.
+With pytest-asyncio installed, the ``dispatch_server`` fixture gives a started server,
+and ``callback_server`` a started ``dispatch_async.callbacks.CallbackServer``.
 ``python -m dispatch_async.testing --port 8000`` runs one standalone (see ``--help``);
 `main` is that command line, and `serve_forever` does the same from code.
 """
