@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -28,16 +29,27 @@ def aiohttp_handler(
         refused = receiver.refuse(request.method, request.path, remote, request.content_length)
         if refused is not None:
             return _response(refused)
+        length = request.content_length
+        if length is not None:  # checked against the limit by refuse()
+            try:
+                body = await request.content.readexactly(length) if length else b""
+            except asyncio.IncompleteReadError:
+                return _response(_INCOMPLETE)
+            return _response(await receiver.accept(body, remote))
         limit = receiver.max_body_bytes
-        body = bytearray()
-        while chunk := await request.content.read(limit + 1 - len(body)):
-            body += chunk
-            if len(body) > limit:
+        chunks = bytearray()
+        while chunk := await request.content.read(limit + 1 - len(chunks)):
+            chunks += chunk
+            if len(chunks) > limit:
                 return _response(receiver.too_large(remote))
-        return _response(await receiver.accept(bytes(body), remote))
+        return _response(await receiver.accept(bytes(chunks), remote))
 
     return handle
 
 
+_INCOMPLETE = Answer(400, b'{"error":"the body ended before its Content-Length"}')
+_HEADERS = {"Content-Type": "application/json"}
+
+
 def _response(answer: Answer) -> web.Response:
-    return web.Response(status=answer.status, body=answer.body, content_type="application/json")
+    return web.Response(status=answer.status, body=answer.body, headers=_HEADERS)

@@ -61,6 +61,9 @@ class DeliveryEvent:
     #: Fields the vendor does not document, as they came.
     extra: Mapping[str, Any] = attrs.field(factory=dict)
     key: str = attrs.field(default="", repr=False)
+    #: The event as JSON, keys sorted and null fields left out (what ``key`` digests;
+    #: what a store keeps). Empty for an event made by hand.
+    canonical: bytes = attrs.field(default=b"", repr=False, eq=False)
     #: When a store received it (None for an event just parsed).
     received_at: dt.datetime | None = attrs.field(default=None, repr=False, eq=False)
 
@@ -118,6 +121,7 @@ def event_from(data: dict[str, Any]) -> DeliveryEvent:
     if len(data) > len(_KNOWN) or not _KNOWN.issuperset(data):
         extra.update((k, v) for k, v in data.items() if k not in _KNOWN)
     type_, channel, direction = fields["type"], fields["channel"], fields["direction"]
+    canonical = _canonical(data)
     return DeliveryEvent(
         reference=reference,
         status=status_of(type_, channel, direction),
@@ -131,7 +135,8 @@ def event_from(data: dict[str, Any]) -> DeliveryEvent:
         timestamp=fields["timestamp"],
         message=message,
         extra=extra or _EMPTY,
-        key=_digest(data),
+        key=hashlib.blake2b(canonical, digest_size=16).hexdigest(),
+        canonical=canonical,
     )
 
 
@@ -166,9 +171,8 @@ def _text(value: object) -> str | None:
     return None
 
 
-def _digest(data: Mapping[str, Any]) -> str:
+def _canonical(data: Mapping[str, Any]) -> bytes:
     # The same event re-delivered may come with its fields in another order or spacing,
-    # or a null field left out.
+    # or a null field left out: its canonical form is the same.
     present = {k: v for k, v in data.items() if v is not None}
-    canonical = orjson.dumps(present, option=orjson.OPT_SORT_KEYS)
-    return hashlib.blake2b(canonical, digest_size=16).hexdigest()
+    return orjson.dumps(present, option=orjson.OPT_SORT_KEYS)

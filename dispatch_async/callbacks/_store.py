@@ -120,7 +120,7 @@ def event_row(event: DeliveryEvent, received_at: float) -> EventRow:
         event.channel or None,
         received_at if moment is None else moment.timestamp(),
         received_at,
-        orjson.dumps(event.to_json()),
+        event.canonical or orjson.dumps(event.to_json(), option=orjson.OPT_SORT_KEYS),
     )
 
 
