@@ -10,13 +10,14 @@ import stat
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
 import pytest
 
 from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker
-from dispatch_async.testing import CallbackPlan, FakeDispatchServer
+from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
 
 from .conftest import SECRET, numbers, session_for
 from .receiver_process import COMMAND, receiver_process
@@ -167,3 +168,189 @@ def test_the_command_is_listed() -> None:
         check=True,
     )
     assert "callbacks" in done.stdout
+
+
+class TestReconcile:
+    """A job whose chunk the service acted on before answering 500: its maybe_sent
+    records, and the callbacks the simulator posted meanwhile to `callbacks serve`."""
+
+    async def job(
+        self, tmp_path: Path, plan: CallbackPlan
+    ) -> tuple[Path, Path, FakeDispatchServer]:
+        store = tmp_path / "deliveries.sqlite3"
+        results = tmp_path / "results.jsonl"
+        rows = "number\n" + "".join(f"{n}\n" for n in numbers(6))
+        await asyncio.to_thread((tmp_path / "in.csv").write_text, rows)
+        async with (
+            receiver_process(store) as receiver,
+            FakeDispatchServer(client_secret=SECRET, callbacks=plan) as server,
+        ):
+            server.script_for(numbers(6)[3], Fault.status(500))  # the second chunk of 3
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")},
+                "DISPATCH_BASE_URL": server.url,
+                "DISPATCH_CLIENT_SECRET": SECRET,
+                "DISPATCH_ACCOUNT": "acme",
+            }
+            await cli(
+                "send",
+                "basic",
+                "--text",
+                "oi",
+                "-i",
+                tmp_path / "in.csv",
+                "-o",
+                results,
+                "--chunk-size",
+                "3",
+                "--campaign-name",
+                "job-1",
+                "--callback",
+                receiver.url,
+                "-q",
+                env=env,
+                expect=1,
+            )
+            assert server.callbacks is not None
+            await server.callbacks.settled()
+        return results, store, server
+
+    async def test_confirmed_records_become_sent_with_the_callbacks_reference(
+        self, tmp_path: Path
+    ) -> None:
+        results, store, _ = await self.job(tmp_path, CallbackPlan(read=0.0, seed=2))
+        before = records_by_line(results)
+        assert [before[line]["outcome"] for line in range(2, 8)] == ["sent"] * 3 + [
+            "maybe_sent"
+        ] * 3
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=0,
+        )
+        assert "3 confirmed sent by callbacks, 0 still maybe_sent" in out
+        after = records_by_line(results)
+        assert all(after[line]["outcome"] == "sent" for line in range(2, 8))
+        for line in (2, 3, 4):
+            assert after[line] == before[line]  # untouched
+        async with DeliveryTracker(store) as tracker:
+            for line in (5, 6, 7):
+                state = await tracker.message(after[line]["id"])
+                assert state is not None
+                assert state.number == after[line]["number"].lstrip("+")
+        assert not await asyncio.to_thread(lambda: list(tmp_path.glob("*.reconcile")))
+        again = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=0,
+        )
+        assert "0 maybe_sent" in again
+        assert records_by_line(results) == after
+        exported = await cli(
+            "export",
+            "-o",
+            results,
+            "-i",
+            tmp_path / "in.csv",
+            "--outcome",
+            "maybe_sent",
+            expect=0,
+        )
+        assert not any(n in exported for n in numbers(6))
+
+    async def test_without_callbacks_records_stay_maybe_sent(self, tmp_path: Path) -> None:
+        results, store, _ = await self.job(tmp_path, CallbackPlan(drop=1.0))
+        before = await asyncio.to_thread(results.read_bytes)
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=1,
+        )
+        assert "0 confirmed sent by callbacks, 3 still maybe_sent" in out
+        assert await asyncio.to_thread(results.read_bytes) == before
+        exported = await cli(
+            "export",
+            "-o",
+            results,
+            "-i",
+            tmp_path / "in.csv",
+            "--outcome",
+            "maybe_sent",
+            expect=0,
+        )
+        assert [n for n in numbers(6) if n in exported] == numbers(6)[3:]
+
+    async def test_another_campaigns_callbacks_confirm_nothing(self, tmp_path: Path) -> None:
+        results, store, _ = await self.job(tmp_path, CallbackPlan(seed=2))
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "another-job",
+            expect=1,
+        )
+        assert "3 still maybe_sent" in out
+
+    async def test_an_unfinished_job_is_refused(self, tmp_path: Path) -> None:
+        results = tmp_path / "results.jsonl"
+        await asyncio.to_thread(results.write_text, "")
+        await asyncio.to_thread((tmp_path / "results.jsonl.pending").write_text, "x\n")
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            tmp_path / "d.sqlite3",
+            "--campaign-name",
+            "job-1",
+            expect=2,
+        )
+        assert "still has a journal" in out
+
+
+async def cli(*args: str | Path, env: dict[str, str] | None = None, expect: int) -> str:
+    """Run the command; its stdout and stderr, once it exited with *expect*."""
+    done = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "dispatch_async._cli",
+        *map(str, args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env or dict(os.environ),
+    )
+    out, err = await done.communicate()
+    text = (out + err).decode()
+    assert done.returncode == expect, text
+    return text
+
+
+def records_by_line(path: Path) -> dict[int, dict[str, Any]]:
+    found: dict[int, dict[str, Any]] = {}
+    for raw in path.read_bytes().splitlines():
+        record = orjson.loads(raw)
+        found.setdefault(record["line"], record)
+    return found

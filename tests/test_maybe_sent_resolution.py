@@ -223,3 +223,17 @@ class TestOneReferenceOneRecipient:
         await record(tracker, "r-1", numbers(1)[0])
         resolution = await resolve_maybe_sent(result, tracker, campaign_name=CAMPAIGN)
         assert (resolution.confirmed, resolution.unconfirmed) == ([], [])
+
+    async def test_ids_known_from_elsewhere_are_never_taken(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        number = numbers(1)[0]
+        result, _ = await maybe_sent_result([number])
+        await record(tracker, "answered-in-another-run", number)
+        resolution = await resolve_maybe_sent(
+            result.failed,
+            tracker,
+            campaign_name=CAMPAIGN,
+            known_ids={"answered-in-another-run"},
+        )
+        assert resolution.confirmed == []

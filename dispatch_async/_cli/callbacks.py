@@ -1,4 +1,4 @@
-"""``dispatch-async callbacks``: receive the service's delivery callbacks into a store.
+"""``dispatch-async callbacks``: receive the service's delivery callbacks; reconcile a job.
 
 ``callbacks serve`` runs an aiohttp server with the SDK's `CallbackReceiver` until
 Ctrl-C or SIGTERM (then it commits what it acknowledged and stops). The token that
@@ -30,6 +30,9 @@ from dispatch_async.callbacks import (
     SQLiteDeliveryStore,
 )
 
+from .reconcile import reconcile as reconcile_results
+from .spec import Problem
+
 __all__ = ["callbacks"]
 
 _TOKEN_VARIABLE = "DISPATCH_CALLBACK_TOKEN"  # noqa: S105 - a variable's name
@@ -56,19 +59,26 @@ def callbacks() -> None:
     """Receive the service's delivery callbacks (delivered, read, SMS fallback...)."""
 
 
-@callbacks.command()
-@click.option(
+_store_option = click.option(
     "--store",
     type=click.Path(dir_okay=False, path_type=Path),
     help="The SQLite file of delivery state (made if missing); put it beside the results.",
 )
-@click.option("--redis", metavar="URL", help="Or store in this Redis (a fleet of receivers).")
-@click.option(
+_redis_option = click.option(
+    "--redis", metavar="URL", help="Or a Redis store (a fleet of receivers)."
+)
+_key_prefix_option = click.option(
     "--key-prefix",
     default=da.DEFAULT_KEY_PREFIX,
     show_default=True,
     help="With --redis: every key starts with it.",
 )
+
+
+@callbacks.command()
+@_store_option
+@_redis_option
+@_key_prefix_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option("--path", default="/callbacks", show_default=True, help="Where the URL starts.")
@@ -108,13 +118,8 @@ async def run_serve(config: ServeConfig) -> int:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     try:
-        store: DeliveryStore = (
-            SQLiteDeliveryStore(config.store)
-            if config.store is not None
-            else RedisDeliveryStore(str(config.redis), key_prefix=config.key_prefix)
-        )
         server = CallbackServer(
-            DeliveryTracker(store),
+            DeliveryTracker(_store(config.store, config.redis, config.key_prefix)),
             token=_token(config),
             host=config.host,
             port=config.port,
@@ -142,6 +147,60 @@ async def run_serve(config: ServeConfig) -> int:
         await server.aclose()
     click.echo("stopped: every acknowledged event is stored", err=True)
     return 0
+
+
+@callbacks.command()
+@click.option(
+    "-o",
+    "--results",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The finished job's results (send -o).",
+)
+@_store_option
+@_redis_option
+@_key_prefix_option
+@click.option("--campaign-name", required=True, help="The job's --campaign-name.")
+def reconcile(
+    results: Path, store: Path | None, redis: str | None, key_prefix: str, campaign_name: str
+) -> None:
+    """Make the maybe_sent records that the stored callbacks confirm sent records.
+
+    A callback for the record's number with the job's campaign name proves the service
+    acted: the record becomes sent, with the callback's reference as id. The others stay
+    maybe_sent (silence proves nothing); `export --outcome maybe_sent` lists them. Exit
+    0 when none is left, 1 when some are, 2 for a problem.
+    """
+    if (store is None) == (redis is None):
+        raise click.UsageError("give --store FILE or --redis URL (one of them)")
+    raise SystemExit(
+        asyncio.run(run_reconcile(results, _store(store, redis, key_prefix), campaign_name))
+    )
+
+
+async def run_reconcile(results: Path, store: DeliveryStore, campaign_name: str) -> int:
+    """Reconcile *results*; the exit code."""
+    try:
+        async with DeliveryTracker(store) as tracker:
+            done = await reconcile_results(results, tracker, campaign_name)
+    except Problem as problem:
+        click.echo(f"Error: {problem.message}", err=True)
+        return problem.exit_code
+    except (da.ConfigurationError, da.DeliveryStoreError) as exc:
+        click.echo(f"Error: {exc}", err=True)
+        return 2
+    click.echo(
+        f"{done.maybe_sent:,} maybe_sent: {done.confirmed:,} confirmed sent by callbacks, "
+        f"{done.left:,} still maybe_sent",
+        err=True,
+    )
+    return 0 if done.left == 0 else 1
+
+
+def _store(store: Path | None, redis: str | None, key_prefix: str) -> DeliveryStore:
+    if store is not None:
+        return SQLiteDeliveryStore(store)
+    return RedisDeliveryStore(str(redis), key_prefix=key_prefix)
 
 
 def _token(config: ServeConfig) -> str:

@@ -11,7 +11,7 @@ can be lost or late): a recipient without one stays ``maybe_sent``.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -62,6 +62,7 @@ async def resolve_maybe_sent(
     *,
     campaign_name: str,
     sent_after: dt.datetime | None = None,
+    known_ids: Collection[str] = (),
 ) -> MaybeSentResolution:
     """Confirm the ``maybe_sent`` recipients the service's callbacks show it acted on.
 
@@ -74,12 +75,14 @@ async def resolve_maybe_sent(
         sent_after: when the call started (aware datetime): callbacks of messages whose
             first event is earlier are not taken. Mind the clocks: the events' times are
             the service's.
+        known_ids: ids the service already gave for other recipients of the job (read
+            back from a results file, say): never taken for a ``maybe_sent`` one.
 
     Returns:
         The confirmed and the still unknown recipients. Two recipients with the same
         number take one callback reference each, in input order, oldest message first.
     """
-    taken: set[str] = set()
+    taken: set[str] = set(known_ids)
     if isinstance(failed, DispatchResult):
         taken.update(message.id for message in failed.valid)
         candidates = [f for f in failed.failed if f.maybe_sent]
