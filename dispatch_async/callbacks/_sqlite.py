@@ -80,6 +80,9 @@ _MESSAGE_COLUMNS: Final = (
 #: Pages of cache per connection (negative: KiB): fixed, so memory stays flat however
 #: many messages the file holds.
 _CACHE_KIB: Final = 32 * 1024
+#: WAL pages between checkpoints (about 40 MiB): a checkpoint writes back a page changed
+#: by many commits once, where SQLite's default (1,000) rewrote it every few commits.
+_CHECKPOINT_PAGES: Final = 10_000
 
 
 class SQLiteDeliveryStore:
@@ -193,6 +196,8 @@ class SQLiteDeliveryStore:
             if connection.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
                 raise ConfigurationError(f"{self.path}: SQLite cannot use WAL on this file")
             connection.execute("PRAGMA synchronous = FULL")
+            connection.execute(f"PRAGMA wal_autocheckpoint = {_CHECKPOINT_PAGES}")
+            connection.execute(f"PRAGMA journal_size_limit = {_CHECKPOINT_PAGES * 4096 * 2}")
             connection.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise ConfigurationError(f"{self.path}: not a usable SQLite database ({exc})") from None
