@@ -730,8 +730,8 @@ class TestFailuresAreToldByCause:
             "not_sent: the service answered HTTP 503: 100 rows, lines 402-501 (further rows "
             "failing this way are counted in the summary)",
             "maybe_sent rows may have reached the service: check them before sending them "
-            "again (they may arrive twice); dispatch-async export -o "
-            f"{out} --outcome maybe_sent --to {tmp_path / 'maybe_sent.csv'} writes them out "
+            "again (they may arrive twice); dispatch-async export "
+            f"{out} --outcome maybe_sent -o {tmp_path / 'maybe_sent.csv'} writes them out "
             "as an input of their own",
         ]
         assert (

@@ -260,7 +260,6 @@ class TestReconcile:
         assert records_by_line(results) == after
         exported = await cli(
             "export",
-            "-o",
             results,
             "-i",
             tmp_path / "in.csv",
@@ -288,7 +287,6 @@ class TestReconcile:
         assert await asyncio.to_thread(results.read_bytes) == before
         exported = await cli(
             "export",
-            "-o",
             results,
             "-i",
             tmp_path / "in.csv",

@@ -252,7 +252,7 @@ class TestLocalNumbers:
         assert outcomes(out) == Counter(sent=10, invalid=40)
         assert self.ADVICE in run.stderr
         assert "--prevalidate --region BR sends them in E.164" in run.stderr
-        assert f"dispatch-async export -o {out} --outcome invalid" in run.stderr
+        assert f"dispatch-async export {out} --outcome invalid" in run.stderr
         for number in ("(11) 98001-2001", "11 98001-2001"):
             assert number not in run.stderr, "phone numbers stay out of the terminal"
 

@@ -83,6 +83,6 @@ def export_command(output: Path, outcome: str, input_path: str) -> str:
     suffix = Path(input_path).suffix if input_path != "-" else ""
     to = Path(output).with_name(f"{outcome}{suffix or '.csv'}")
     return (
-        f"dispatch-async export -o {shlex.quote(str(output))} --outcome {outcome} "
-        f"--to {shlex.quote(str(to))}"
+        f"dispatch-async export {shlex.quote(str(output))} --outcome {outcome} "
+        f"-o {shlex.quote(str(to))}"
     )
