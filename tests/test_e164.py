@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import dispatch_async as da
 from dispatch_async import _e164
+from dispatch_async._e164 import metadata
 from dispatch_async._e164.patterns import first_digits
 
 from . import phone_corpus
@@ -182,3 +183,34 @@ class TestTheFastPathDecidesSpreadsheetNumbers:
                         number = digit + phone_corpus.digits(rng, rng.randint(0, 14))
                         assert pattern.match(number) is None, (md.id, source, number)
         assert read > 300
+
+    def test_a_length_met_often_is_judged_by_one_joined_pattern_with_the_same_answers(
+        self,
+    ) -> None:
+        tables = metadata.Tables(phonenumbers)  # its own: joining here changes no other test
+        rng = random.Random(11)
+        compared = valid = 0
+        for code in sorted(phonenumbers.SUPPORTED_REGIONS):
+            region = tables.region(code)
+            assert region is not None
+            examples = [
+                phonenumbers.national_significant_number(example)
+                for kind in phonenumbers.supported_types_for_region(code)
+                if (example := phonenumbers.example_number_for_type(code, kind)) is not None
+            ]
+            for size in set(map(len, examples)):
+                walk = region.typed[size]
+                if walk is None:
+                    continue
+                numbers = [phone_corpus.digits(rng, size) for _ in range(20)]
+                for example in [e for e in examples if len(e) == size] * 5:
+                    numbers.append(example[: size - 3] + phone_corpus.digits(rng, 3))
+                answers = [walk.fullmatch(n) is not None for n in numbers]
+                valid += sum(answers)
+                region.typed.join(size)
+                joined = region.typed[size]
+                assert joined is not walk
+                assert [joined.fullmatch(n) is not None for n in numbers] == answers, code
+                compared += 1
+        assert compared > 300
+        assert valid > 1000

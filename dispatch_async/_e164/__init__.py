@@ -17,7 +17,7 @@ import re
 import threading
 
 from .._exceptions import ConfigurationError
-from .metadata import OTHER, TOO_LONG, Calling, Home, Region, Tables, Unfamiliar
+from .metadata import OTHER, TOO_LONG, Calling, Region, Tables, Unfamiliar
 
 __all__ = ["to_e164"]
 
@@ -80,8 +80,8 @@ def to_e164(number: str, region: str | None = None) -> str | None:
 def _decide(tables: Tables, number: str, region: str | None) -> str | None:
     """phonenumbers' answer for the shapes spreadsheets hold; ``_UNSURE`` for the rest.
 
-    The common case (digits and separators, read in a supported region) stays in this
-    function and ``_rest``: a call costs as much as a step of the replay.
+    parse's steps up to the national number are all here, and the end in ``_rest``: on
+    this path a function call costs as much as a step of the replay.
     """
     if type(number) is not str or (region is not None and type(region) is not str):
         return _UNSURE
@@ -96,38 +96,55 @@ def _decide(tables: Tables, number: str, region: str | None) -> str | None:
         raw = text.encode()
     # Whitespace before a number's first digit or after its last is dropped by parse.
     raw = raw.strip().translate(None, _SEPARATORS)
-    if raw[:1] == b"+":
-        return _after_plus(tables, number, raw[1:], region)
+    plus = raw[:1] == b"+"
+    if plus:
+        raw = raw[1:]
     if not raw.isdigit():
         # Nothing but separators, or no decimal digit at all: never a viable number.
         return None if not raw or _ANY_DIGIT(number) is None else _UNSURE
     digits = raw.decode()
-    if len(digits) < 3 and (len(digits) < 2 or digits not in number):
-        return None  # parse finds no viable number: two digits must be written together
-    home = tables.homes.get(region)  # type: ignore[arg-type]
-    if home is None:
-        if region not in tables.supported:
-            return None  # no country to read a national number in
-        home = tables.home(region)
+    if len(digits) < 3 and (plus or len(digits) < 2 or digits not in number):
+        return None  # not viable: two digits written together, or three after a "+"
+    if plus:
+        if region == tables.non_geo:
+            return _UNSURE
+        answer = _international(tables, digits, _NO_CODE)
+        if answer is not _NO_CODE:
+            return answer
+        # parse tries again without the "+", in the region given; only the international
+        # prefix or the region's own country code can then give the number one.
+        home = None if region is None else tables.home(region.upper())
         if home is None:
-            return _UNSURE  # parse fails on None there
-    return _national(tables, home, digits)
-
-
-def _after_plus(tables: Tables, number: str, raw: bytes, region: str | None) -> str | None:
-    if not raw.isdigit():
-        return None if not raw or _ANY_DIGIT(number) is None else _UNSURE
-    if len(raw) < 3:
-        return None  # parse finds no viable number: a "+" needs three digits after it
-    if region == tables.non_geo:
-        return _UNSURE
-    digits = raw.decode()
-    answer = _international(tables, digits, _NO_CODE)
-    if answer is not _NO_CODE:
-        return answer
-    # parse tries again without the "+", in the region given, which must find a code.
-    home = None if region is None else tables.home(region.upper())
-    return None if home is None else _national(tables, home, digits, again=True)
+            return None
+    else:
+        home = tables.homes.get(region)  # type: ignore[arg-type]
+        if home is None:
+            if region not in tables.supported:
+                return None  # no country to read a national number in
+            home = tables.home(region)
+            if home is None:
+                return _UNSURE  # parse fails on None there
+    # _maybe_extract_country_code, for a number without "+".
+    metadata = home.region
+    first = metadata.idd_first
+    if metadata.idd is not None and (first is None or digits[:1] in first):
+        found = metadata.idd.match(digits)
+        if found is not None and not digits.startswith("0", found.end()):
+            rest = digits[found.end() :]
+            return None if len(rest) <= 2 else _international(tables, rest, None)
+    if digits.startswith(home.code):
+        national = digits[len(home.code) :]
+        found = metadata.prefix_of(national)
+        national = metadata.without_national_prefix(national, found)
+        if metadata.length(digits) == TOO_LONG or (
+            not metadata.general_match(digits) and metadata.general_match(national)
+        ):
+            main = home.calling.main
+            if main is None:
+                return _UNSURE  # parse asserts there
+            # Stripped once here, and again at the end of parse: the same match, if none.
+            return _rest(home.calling, main, national, found is not None or main is not metadata)
+    return None if plus else _rest(home.calling, metadata, digits)
 
 
 def _international(tables: Tables, digits: str, unknown: str | None) -> str | None:
@@ -143,34 +160,6 @@ def _international(tables: Tables, digits: str, unknown: str | None) -> str | No
     if calling.main is None:
         return _UNSURE  # parse asserts there
     return _rest(calling, calling.main, digits[size:])
-
-
-def _national(tables: Tables, home: Home, digits: str, *, again: bool = False) -> str | None:
-    """_maybe_extract_country_code and the rest of parse, for a number without "+".
-
-    *again*: parse's second try after a "+" without a country code, which fails unless
-    the international prefix or the region's own code gives one.
-    """
-    region = home.region
-    first = region.idd_first
-    if region.idd is not None and (first is None or digits[:1] in first):
-        found = region.idd.match(digits)
-        if found is not None and not digits.startswith("0", found.end()):
-            rest = digits[found.end() :]
-            return None if len(rest) <= 2 else _international(tables, rest, None)
-    if digits.startswith(home.code):
-        national = digits[len(home.code) :]
-        found = region.prefix_of(national)
-        national = region.without_national_prefix(national, found)
-        if region.length(digits) == TOO_LONG or (
-            not region.general_match(digits) and region.general_match(national)
-        ):
-            main = home.calling.main
-            if main is None:
-                return _UNSURE  # parse asserts there
-            # Stripped once here, and again at the end of parse: the same match, if none.
-            return _rest(home.calling, main, national, found is not None or main is not region)
-    return None if again else _rest(home.calling, region, digits)
 
 
 def _rest(calling: Calling, metadata: Region, national: str, prefixed: bool = True) -> str | None:

@@ -122,32 +122,33 @@ class Region:
         return self.national_prefix.match(number)
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class Calling:
     """One country calling code: the metadata parse goes on with, and how it is judged.
 
-    ``candidates`` are its regions in order, each with the metadata
-    _region_code_for_number_from_list picks by and the one is_valid_number_for_region
-    then judges by (None where that answers False whatever the number).
+    With several regions (1: the United States, Canada and 23 others), each region's
+    metadata is compiled only once a number reaches it, as phonenumbers loads it.
     """
 
+    country_code: int
     plus_code: str
     main: Region | None
-    candidates: tuple[tuple[Region | None, Region | None], ...]
-
     #: With one region, the metadata it is judged by, whatever the number.
     only: Region | None
+    regions: Sequence[str]
+    tables: Tables
 
     def judge(self, nsn: str) -> Region | None:
         """The region is_valid_number judges *nsn* by (_region_code_for_number_from_list)."""
-        for chooser, judge in self.candidates:
+        for code in self.regions:
+            chooser = self.tables.region(code.upper())
             if chooser is None:
                 continue
             if chooser.leading_digits is not None:
                 if chooser.leading_digits.match(nsn):
-                    return judge
+                    return self.tables.judge(self.country_code, code)
             elif chooser.known_type(nsn):
-                return judge
+                return self.tables.judge(self.country_code, code)
         return None
 
 
@@ -188,7 +189,7 @@ class Tables:
 
     def home(self, code: str) -> Home | None:
         """metadata_for_region(code), for a number read without its country code."""
-        region = self._metadata(code, 0)
+        region = self.region(code)
         if region is None:
             return None
         found = Home(region, self.calling(region.country_code), str(region.country_code))
@@ -198,23 +199,27 @@ class Tables:
         found = self.callings.get(country_code)
         if found is None:
             codes = self.regions_of.get(country_code, ())
-            candidates = tuple(
-                (self._metadata(code.upper(), 0), self._judge(country_code, code)) for code in codes
-            )
             found = Calling(
+                country_code=country_code,
                 plus_code=f"+{country_code}",
                 main=self._for(country_code, codes[0]) if codes else None,
-                candidates=candidates,
-                only=candidates[0][1] if len(candidates) == 1 else None,
+                only=self.judge(country_code, codes[0]) if len(codes) == 1 else None,
+                regions=codes,
+                tables=self,
             )
             found = self.callings.setdefault(country_code, found)
         return found
+
+    def region(self, code: str) -> Region | None:
+        """metadata_for_region(code), compiled."""
+        return self._metadata(code, 0)
 
     def _for(self, country_code: int, code: str) -> Region | None:
         """metadata_for_region_or_calling_code."""
         return self._metadata(code, country_code if code == self.non_geo else 0)
 
-    def _judge(self, country_code: int, code: str) -> Region | None:
+    def judge(self, country_code: int, code: str) -> Region | None:
+        """What is_valid_number_for_region judges by: None where it answers False."""
         region = self._for(country_code, code.upper())
         if region is None or (code != self.non_geo and region.country_code != country_code):
             return None  # is_valid_number_for_region is False whatever the number
@@ -243,6 +248,7 @@ def compile_region(md: Any) -> Region:
             rule and (national_prefix is None or not national_prefix.groups)
         ):
             raise ValueError("parse raises an IndexError there: phonenumbers shows it")
+        general_pattern = _pattern(general)
         simple = re.fullmatch(r"(\d*)\\([1-9])", rule or "")
         transform: str | tuple[str, int] | None = rule
         if simple is not None and national_prefix is not None:
@@ -256,11 +262,11 @@ def compile_region(md: Any) -> Region:
             prefix_first=first_digits(parsing or ""),
             national_prefix=national_prefix,
             transform=transform,
-            general=_pattern(general),
+            general=general_pattern,
             general_first=first_digits(general.national_number_pattern or ""),
             lengths=_lengths(general.possible_length, general.possible_length_local_only),
             leading_digits=None if md.leading_digits is None else _compiled(md.leading_digits),
-            typed=Typed(_descriptions(md)),
+            typed=Typed(_descriptions(md), general_pattern),
         )
     except Exception as exc:
         raise Unfamiliar from exc
@@ -314,28 +320,83 @@ def _descriptions(md: Any) -> tuple[tuple[str, frozenset[int]], ...]:
     )
 
 
-class Typed(dict[int, "re.Pattern[str] | None"]):
-    """By length, where general_desc and one of the kinds match; compiled when first met.
+#: Numbers of one length a region checks kind by kind before joining the kinds into one
+#: pattern: joining costs milliseconds to compile and saves about half a microsecond a
+#: number, so a length met only now and then is never worth it.
+_JOIN_AFTER = 1000
 
-    One alternation replaces _number_type_helper's walk through the kinds, whose
-    order cannot change whether one of them matches; a description's lengths, where it
-    has any, decide whether it takes part. None: no number of that length has a type.
+
+class Typed(dict[int, "Matcher | None"]):
+    """By length, what matches where general_desc and one of the kinds match.
+
+    _number_type_helper walks through the kinds, whose order cannot change whether one of
+    them matches; a description's lengths, where it has any, decide whether it takes
+    part. None: no number of that length has a type.
     """
 
-    def __init__(self, descriptions: tuple[tuple[str, frozenset[int]], ...]) -> None:
+    def __init__(
+        self,
+        descriptions: tuple[tuple[str, frozenset[int]], ...],
+        general: re.Pattern[str] | None,
+    ) -> None:
         super().__init__()
         self.descriptions = descriptions
+        #: Each description's pattern, compiled the first time a number needs it.
+        self.compiled = {general.pattern: general} if general is not None else {}
 
-    def __missing__(self, size: int) -> re.Pattern[str] | None:
+    def __missing__(self, size: int) -> Matcher | None:
         (general, lengths), *kinds = self.descriptions
-        fitting = [pattern for pattern, sizes in kinds if not sizes or size in sizes]
-        joined = None
-        if fitting and (not lengths or size in lengths):
-            either = "|".join(f"(?:{pattern})" for pattern in fitting)
-            try:
-                joined = _compiled(rf"(?=(?:{general})\Z)(?:{either})")
-            except re.error as exc:
-                raise Unfamiliar from exc
-            if joined.groups:  # joining would renumber them: never so far
-                raise Unfamiliar
-        return self.setdefault(size, joined)
+        fitting = [pattern for pattern, sizes in kinds if _fits(sizes, size)]
+        walk = _Walk(self, size, general, fitting) if fitting and _fits(lengths, size) else None
+        return self.setdefault(size, walk)
+
+    def pattern(self, source: str) -> re.Pattern[str]:
+        found = self.compiled.get(source)
+        if found is None:
+            found = self.compiled.setdefault(source, _compiled(source))
+        return found
+
+    def join(self, size: int) -> None:
+        """One pattern for the lengths' kinds, quicker to match than trying them in turn.
+
+        The patterns have no groups (checked), so joining them changes none of them.
+        """
+        (general, _), *kinds = self.descriptions
+        either = "|".join(f"(?:{pattern})" for pattern, sizes in kinds if _fits(sizes, size))
+        try:
+            joined = _compiled(rf"(?=(?:{general})\Z)(?:{either})")
+        except re.error as exc:
+            raise Unfamiliar from exc
+        if joined.groups:  # joining would renumber them: never so far
+            raise Unfamiliar
+        self[size] = joined
+
+
+class _Walk:
+    """general_desc, then each kind in turn, for numbers of one length; joined when used.
+
+    A pattern is compiled when a number first needs it: a region met with a few wrong
+    numbers costs the general pattern only.
+    """
+
+    __slots__ = ("general", "kinds", "size", "typed", "uses")
+
+    def __init__(self, typed: Typed, size: int, general: str, kinds: list[str]) -> None:
+        self.typed, self.size, self.general, self.kinds = typed, size, general, kinds
+        self.uses = 0
+
+    def fullmatch(self, nsn: str) -> object:
+        self.uses += 1
+        if self.uses == _JOIN_AFTER:
+            self.typed.join(self.size)
+        pattern = self.typed.pattern
+        if pattern(self.general).fullmatch(nsn) is None:
+            return None
+        return next((True for kind in self.kinds if pattern(kind).fullmatch(nsn) is not None), None)
+
+
+Matcher = re.Pattern[str] | _Walk
+
+
+def _fits(lengths: frozenset[int], size: int) -> bool:
+    return not lengths or size in lengths
