@@ -30,6 +30,10 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     ├── MissingFromResponseError                a 200 that leaves out a recipient we sent
     ├── DeadlineExceededError (also TimeoutError)
     ├── CallbackError                           a callback you passed raised (the __cause__)
+    ├── DeliveryEventError (also ValueError)    a delivery callback's body that cannot be an
+    │                                           event; ``status`` is the receiver's answer
+    ├── DeliveryStoreError                      the delivery store could not write or read
+    │                                           (its own error is the __cause__)
     └── FailedRecipientsError                   raise_for_failures() found failed recipients
 
 Every error has ``maybe_sent``: whether the service may have acted on the request that
@@ -58,6 +62,8 @@ __all__ = [
     "ConnectError",
     "ConnectionLostError",
     "DeadlineExceededError",
+    "DeliveryEventError",
+    "DeliveryStoreError",
     "DispatchError",
     "EventLoopError",
     "FailedRecipientsError",
@@ -276,6 +282,26 @@ class CallbackError(DispatchError):
     """A callback the caller passed (``before_send``) raised; ``__cause__`` is its error.
 
     The chunk it was called for was not sent, and the job stopped there.
+    """
+
+
+class DeliveryEventError(DispatchError, ValueError):
+    """A delivery callback's body the receiver refuses: nothing of it is stored.
+
+    ``status`` is what the receiver answers (400: not a JSON object, or no
+    ``reference``; 413: larger than the receiver's limit). The message names the
+    problem, never the body's content (it carries a phone number).
+    """
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class DeliveryStoreError(DispatchError):
+    """The delivery store (SQLite, Redis) failed; ``__cause__`` is its own error.
+
+    An event whose write failed was not acknowledged: the service delivers it again.
     """
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import dispatch_async
+import dispatch_async.callbacks
 import dispatch_async.instrumentation
 import dispatch_async.testing
 
@@ -224,7 +225,12 @@ REFERENCE_ENTRY = re.compile(r"^::: (?P<name>dispatch_async(\.\w+)+)\s*$", re.MU
 
 
 def test_the_reference_documents_every_public_name_and_nothing_else() -> None:
-    modules = (dispatch_async, dispatch_async.testing, dispatch_async.instrumentation)
+    modules = (
+        dispatch_async,
+        dispatch_async.testing,
+        dispatch_async.instrumentation,
+        dispatch_async.callbacks,
+    )
     public = {f"{module.__name__}.{member}" for module in modules for member in module.__all__}
     documented = [
         match["name"]

@@ -38,7 +38,8 @@ def test_every_exported_member_is_defined_in_a_private_module() -> None:
 
 def test_testing_package_exports_the_simulator() -> None:
     assert "FakeDispatchServer" in dispatch_async.testing.__all__
-    assert dispatch_async.testing.__all__ == sorted(dispatch_async.testing.__all__)
+    names = dispatch_async.testing.__all__
+    assert names == sorted(names, key=isort_order)
 
 
 def test_version_comes_from_the_package_metadata() -> None:
@@ -74,3 +75,14 @@ def test_instrumentation_package_exports_the_hook_protocol() -> None:
             continue
         module = getattr(instrumentation, name).__module__
         assert module.startswith("dispatch_async.instrumentation._"), name
+
+
+def test_callbacks_package_exports_its_names_from_private_modules() -> None:
+    import dispatch_async.callbacks as callbacks
+
+    names = callbacks.__all__
+    assert names == sorted(names, key=isort_order)
+    assert {"DeliveryEvent", "DeliveryStatus", "parse_event"} <= set(names)
+    for name in names:
+        module = getattr(callbacks, name).__module__
+        assert module.startswith("dispatch_async.callbacks._"), name

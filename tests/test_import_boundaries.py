@@ -64,7 +64,12 @@ def test_nothing_outside_the_command_line_imports_it() -> None:
 
 
 def test_the_command_line_uses_only_public_names_of_the_sdk() -> None:
-    public = {"dispatch_async", "dispatch_async.testing", "dispatch_async.instrumentation"}
+    public = {
+        "dispatch_async",
+        "dispatch_async.testing",
+        "dispatch_async.instrumentation",
+        "dispatch_async.callbacks",
+    }
     for path in (PACKAGE / "_cli").rglob("*.py"):
         for name in imported_by(path):
             if not name.startswith("dispatch_async") or name.startswith("dispatch_async._cli"):

@@ -20,6 +20,7 @@ from click.core import ParameterSource
 import dispatch_async as da
 import dispatch_async.testing
 
+from .callbacks import callbacks
 from .columns import var_pairs
 from .input import Format
 from .options import (
@@ -325,6 +326,9 @@ def export(
 
 
 cli.add_command(serve_command())
+
+
+cli.add_command(callbacks)
 
 
 # -- from options to a job -----------------------------------------------------------

@@ -15,13 +15,18 @@ what it saw in `ServerStats`, keeps the latest requests as `RecordedRequest` val
 
 It is an independent model of the service and shares no code with the client.
 
-With pytest-asyncio installed, the ``dispatch_server`` fixture gives a started server.
+``FakeDispatchServer(callbacks=CallbackPlan(...))`` also posts delivery callbacks (see
+`CallbackPlan`) to each request's callback URL.
+
+With pytest-asyncio installed, the ``dispatch_server`` fixture gives a started server,
+and ``callback_server`` a started ``dispatch_async.callbacks.CallbackServer``.
 `FakeClock` is a clock on which retries wait no time, for ``RetryPolicy(clock=...)``.
 ``python -m dispatch_async.testing --port 8000`` runs one standalone (see ``--help``);
 `main` is that command line (its options: `argument_parser`), and `serve_forever` does
 the same from code.
 """
 
+from ._callbacks import CallbackPlan, CallbackSender, CallbackStats
 from ._clock import FakeClock
 from ._faults import Fault, FaultKind
 from ._recorder import DEFAULT_RECORDED_BODY_BYTES, DEFAULT_RECORDED_REQUESTS, RecordedRequest
@@ -33,6 +38,9 @@ __all__ = [
     "DEFAULT_RECORDED_BODY_BYTES",
     "DEFAULT_RECORDED_REQUESTS",
     "DEFAULT_TEMPLATES",
+    "CallbackPlan",
+    "CallbackSender",
+    "CallbackStats",
     "FakeClock",
     "FakeDispatchServer",
     "Fault",

@@ -14,6 +14,7 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from ._callbacks import CallbackPlan, CallbackSender
 from ._contract import ENDPOINTS, FieldError, check_template, dispatch_answer, parse_dispatch
 from ._faults import Fault, FaultKind, FaultSchedule
 from ._ids import IdFactory
@@ -120,6 +121,10 @@ class FakeDispatchServer:
             Settable while serving.
         recorded_requests: how many of the latest requests ``requests`` keeps (0: none).
         recorded_body_bytes: bodies larger than this are recorded by their size only.
+        callbacks: send delivery callbacks (`CallbackPlan`) to each request's
+            ``callback`` URL (else its ``webhook`` URL) for the messages the service
+            acted on, with the ids of its answer; ``server.callbacks`` is then the
+            `CallbackSender` (its ``stats``, ``await settled()``). None sends none.
 
     Beyond the service's paths the simulator answers ``GET /_stats`` (its counters, as
     JSON), ``GET /_requests`` (``requests``, as JSON) and ``PUT /_rate_limit``
@@ -149,6 +154,7 @@ class FakeDispatchServer:
         session_ids: bool = True,
         recorded_requests: int = DEFAULT_RECORDED_REQUESTS,
         recorded_body_bytes: int = DEFAULT_RECORDED_BODY_BYTES,
+        callbacks: CallbackPlan | None = None,
     ) -> None:
         if token_body not in ("form", "json", "any"):
             raise ValueError(f"token_body must be form, json or any, not {token_body!r}")
@@ -184,6 +190,7 @@ class FakeDispatchServer:
         self._handlers: set[asyncio.Task[Any]] = set()
         self._in_flight = 0
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        self.callbacks = None if callbacks is None else CallbackSender(callbacks)
 
     # Lifecycle
 
@@ -210,6 +217,8 @@ class FakeDispatchServer:
         self._runner = runner
         host, port = runner.addresses[0][:2]
         self._address = (host, port)
+        if self.callbacks is not None:
+            await self.callbacks.start()
 
     async def close(self) -> None:
         """Stop serving; hanging or delayed handlers drop their connections. Idempotent."""
@@ -220,6 +229,8 @@ class FakeDispatchServer:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+        if self.callbacks is not None:
+            await self.callbacks.close()
         # Handlers whose connection is already gone are no longer tracked by aiohttp:
         # make sure none outlives the server.
         leftovers = [task for task in self._handlers if not task.done()]
@@ -575,16 +586,21 @@ class FakeDispatchServer:
             )
         fault = self._faults.for_dispatch(endpoint, numbers)
         if fault is None:
-            self._act(endpoint, numbers)
-            return _json(200, self._answer(endpoint, numbers))
+            return _json(200, self._act(endpoint, numbers, body))
         self.stats.faults_injected += 1
-        return await self._apply(fault, request, endpoint, numbers, auth)
+        return await self._apply(fault, request, endpoint, numbers, auth, body)
 
     async def _apply(
-        self, fault: Fault, request: web.Request, endpoint: str, numbers: list[str], token: str
+        self,
+        fault: Fault,
+        request: web.Request,
+        endpoint: str,
+        numbers: list[str],
+        token: str,
+        body: dict[str, Any],
     ) -> web.Response:
-        if fault.acted:
-            self._act(endpoint, numbers)
+        # What the service made when it acted: later answers show the same ids.
+        acted = self._act(endpoint, numbers, body) if fault.acted else None
         match fault.kind:
             case FaultKind.STATUS:
                 return _status_response(fault)
@@ -604,18 +620,36 @@ class FakeDispatchServer:
                     return _raw(200, fault.body, _JSON)
                 return _json(200, self._answer(endpoint, numbers, drop_ids=True))
             case FaultKind.OMIT:
-                numbers = numbers[: max(0, len(numbers) - fault.count)]
+                kept = numbers[: max(0, len(numbers) - fault.count)]
+                return _json(200, self._answer(endpoint, kept, like=acted))
             case FaultKind.DIGITS_ONLY:
-                return _json(200, self._answer(endpoint, numbers, digits_only=True))
-        return _json(200, self._answer(endpoint, numbers))
+                return _json(200, self._answer(endpoint, numbers, like=acted, digits_only=True))
+        return _json(200, acted if acted is not None else self._answer(endpoint, numbers))
 
-    def _answer(self, endpoint: str, numbers: list[str], **distortions: bool) -> object:
+    def _answer(
+        self,
+        endpoint: str,
+        numbers: list[str],
+        like: dict[str, Any] | None = None,
+        **distortions: bool,
+    ) -> dict[str, Any]:
+        """The answer for *numbers*: fresh ids, or those of *like* (an earlier answer)."""
+        take_ids: Callable[[int], list[str]] = self._ids.take
         sessions: Callable[[int], Sequence[str | None]] | None = None
         if self.session_ids:
             sessions = self._ids.take if endpoint in _CONVERSATIONAL else _no_sessions
-        return dispatch_answer(numbers, self._ids.take, take_sessions=sessions, **distortions)
+        if like is not None:
+            made = like["validMessages"]
+            take_ids = lambda n: [m["id"] for m in made[:n]]  # noqa: E731
+            if sessions is not None:
+                sessions = lambda n: [m["session_id"] for m in made[:n]]  # noqa: E731
+        return dispatch_answer(numbers, take_ids, take_sessions=sessions, **distortions)
 
-    def _act(self, endpoint: str, numbers: list[str]) -> None:
+    def _act(self, endpoint: str, numbers: list[str], body: dict[str, Any]) -> dict[str, Any]:
+        """Act on a request: count it, make its answer, send its callbacks; the answer."""
+        answer = self._answer(endpoint, numbers)
+        if self.callbacks is not None:
+            self.callbacks.acted(endpoint, body, answer)
         stats = self.stats
         stats.dispatch_calls += 1
         stats.calls_by_path[endpoint] += 1
@@ -623,6 +657,7 @@ class FakeDispatchServer:
         stats.received.update(numbers)
         stats.recipients_received += len(numbers)
         self._notify()
+        return answer
 
     async def _pause(self, request: web.Request, seconds: float | None) -> None:
         """Wait ``seconds`` (None: forever), dropping the connection if the server closes."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 
 import aiohttp
 
@@ -167,3 +168,28 @@ async def testing_the_wire_and_the_waits() -> None:
         server.clear_requests()
     slept: list[float] = clock.sleeps
     print(wait, slept, clock.now())
+
+
+async def delivery_tracking(session: da.DispatchSession, body: bytes) -> None:
+    from dispatch_async import callbacks
+
+    event: callbacks.DeliveryEvent = callbacks.parse_event(body)
+    status: callbacks.DeliveryStatus = event.status
+    rank: int = status.rank
+    print(event.reference, event.user_id, event.occurred_at, rank)
+    store: callbacks.DeliveryStore = callbacks.RedisDeliveryStore("redis://127.0.0.1:6379/0")
+    async with callbacks.CallbackServer(callbacks.DeliveryTracker(store)) as server:
+        result = await session.send_basic(
+            ["+5511987654321"], text="oi", campaign_name="job-1", callback=server.url
+        )
+        tracker = server.tracker
+        await tracker.record(event)
+        state: callbacks.MessageState | None = await tracker.message(event.reference)
+        counts: dict[callbacks.DeliveryStatus, int] = await tracker.counts("job-1")
+        print(state, counts)
+        resolution = await callbacks.resolve_maybe_sent(result, tracker, campaign_name="job-1")
+        confirmed: Sequence[da.ValidMessage] = resolution.confirmed
+        print(confirmed, resolution.apply(result).counts)
+        async for change in tracker:
+            print(change.status)
+    callbacks.CallbackReceiver(tracker, token=123)  # type: ignore[arg-type]

@@ -1,0 +1,274 @@
+"""Delivery callbacks into `dispatch-async callbacks serve` (SQLite): throughput, memory, SIGKILL.
+
+The receiver runs in its own process (the CLI, as a user runs it). A load generator in
+this process posts vendor-shaped events over HTTP/1.1 keep-alive connections (a small
+raw-socket client, so that the generator's CPU stays out of the receiver's way): for each
+message its outbound echo, then ``DELIVERED``, then ``READ``, each ``--window`` messages
+later (a message's events spread out in time, as the service sends them).
+
+    python benchmarks/callbacks.py --messages 1000000            # the full run
+    python benchmarks/callbacks.py --messages 20000 --quick      # a smoke run
+    python benchmarks/callbacks.py --kill --seconds 10           # the SIGKILL check
+
+Throughput: events acknowledged (200) per second, overall and per 10 s interval;
+memory: the receiver's RSS (``/proc/<pid>/status``) sampled every second. Kill: the
+receiver is SIGKILLed under load, restarted on the same file, and every event it had
+acknowledged is looked up in the store (public API): ``lost`` must be 0. One JSON object
+goes to stdout (the figures); a summary to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from dispatch_async.callbacks import DeliveryTracker
+
+TOKEN = "benchmark-token-0123456789abcdef"
+_LISTENING = re.compile(rb"listening on http://([\d.]+):(\d+)(\S*)/<token>")
+_TYPES = (("outbound", "basic"), ("inbound", "DELIVERED"), ("inbound", "READ"))
+
+
+def events(messages: int, window: int, start: int = 0) -> Iterator[tuple[str, str, bytes]]:
+    """(reference, type, body) of every event, message i's steps *window* messages apart."""
+    base = 1_719_835_200.0  # 2024-07-01T12:00:00Z
+    for slot in range(start, start + messages + 2 * window):
+        for step, (direction, type_) in enumerate(_TYPES):
+            index = slot - step * window
+            if not start <= index < start + messages:
+                continue
+            reference = f"00000000-0000-4000-8000-{index:012d}"
+            moment = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(base + index / 1000 + step))
+            body = orjson.dumps(
+                {
+                    "reference": reference,
+                    "campaign_name": "bench",
+                    "event_id": f"{reference}:0",
+                    "direction": direction,
+                    "session_id": None,
+                    "user_id": f"55119{index % 100_000_000:08d}",
+                    "timestamp": f"{moment}.000Z",
+                    "channel": "RCS",
+                    "type": type_,
+                }
+            )
+            yield reference, type_, body
+
+
+class Load:
+    """Posts events on *connections* keep-alive connections until they run out or fail."""
+
+    def __init__(self, host: str, port: int, path: str, source: Iterator[Any]) -> None:
+        self.host, self.port = host, port
+        self.head = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            "Content-Type: application/json\r\nContent-Length: "
+        ).encode()
+        self.source = source
+        self.acknowledged: list[tuple[str, str]] = []
+        self.posted = 0
+        self.refused = 0
+        self.latencies: list[float] = []
+
+    async def run(self, connections: int) -> None:
+        await asyncio.gather(*(self._connection() for _ in range(connections)))
+
+    async def _connection(self) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            return
+        try:
+            for reference, type_, body in self.source:
+                started = time.perf_counter()
+                writer.write(self.head + str(len(body)).encode() + b"\r\n\r\n" + body)
+                self.posted += 1
+                status = await _answer(reader)
+                if status == 200:
+                    self.acknowledged.append((reference, type_))
+                    self.latencies.append(time.perf_counter() - started)
+                else:
+                    self.refused += 1
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            return  # the receiver went away (the kill test)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+
+async def _answer(reader: asyncio.StreamReader) -> int:
+    line = await reader.readline()
+    if not line:
+        raise ConnectionResetError("the receiver closed the connection")
+    status = int(line.split(b" ", 2)[1])
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    await reader.readexactly(length)
+    return status
+
+
+async def start_receiver(store: Path) -> tuple[asyncio.subprocess.Process, str, int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "dispatch_async._cli",
+        "callbacks",
+        "serve",
+        "--store",
+        str(store),
+        "--port",
+        "0",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "DISPATCH_CALLBACK_TOKEN": TOKEN},
+    )
+    assert process.stdout is not None
+    line = await process.stdout.readline()
+    found = _LISTENING.search(line)
+    if found is None:
+        raise SystemExit(f"the receiver did not start: {line!r}")
+    return process, found[1].decode(), int(found[2]), f"{found[3].decode()}/{TOKEN}"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def throughput(args: argparse.Namespace, store: Path) -> dict[str, Any]:
+    process, host, port, path = await start_receiver(store)
+    load = Load(host, port, path, events(args.messages, args.window))
+    samples: list[tuple[float, int, float]] = []  # (seconds, acknowledged, RSS MiB)
+    started = time.perf_counter()
+
+    async def sample() -> None:
+        while True:
+            samples.append(
+                (time.perf_counter() - started, len(load.acknowledged), rss_mib(process.pid))
+            )
+            await asyncio.sleep(1.0)
+
+    sampler = asyncio.create_task(sample())
+    cpu_before, own_before = cpu_seconds(process.pid), time.process_time()
+    await load.run(args.connections)
+    elapsed = time.perf_counter() - started
+    receiver_cpu = cpu_seconds(process.pid) - cpu_before
+    generator_cpu = time.process_time() - own_before
+    sampler.cancel()
+    samples.append((elapsed, len(load.acknowledged), rss_mib(process.pid)))
+    process.send_signal(signal.SIGTERM)
+    await process.wait()
+    rates = [
+        (b[1] - a[1]) / (b[0] - a[0])
+        for a, b in zip(samples[::10], samples[10::10], strict=False)
+        if b[0] > a[0]
+    ]
+    async with DeliveryTracker(store) as tracker:
+        counts = {str(k): v for k, v in (await tracker.counts("bench")).items()}
+    latencies = sorted(load.latencies)
+    rss = [s[2] for s in samples]
+    tenth = max(1, len(rss) // 10)
+    return {
+        "messages": args.messages,
+        "events": len(load.acknowledged),
+        "refused": load.refused,
+        "connections": args.connections,
+        "seconds": round(elapsed, 1),
+        "events_per_second": round(len(load.acknowledged) / elapsed),
+        "slowest_10s_interval_per_second": round(min(rates)) if rates else None,
+        "fastest_10s_interval_per_second": round(max(rates)) if rates else None,
+        "receiver_cpu_us_per_event": round(receiver_cpu / len(load.acknowledged) * 1e6),
+        "receiver_events_per_cpu_second": round(len(load.acknowledged) / receiver_cpu),
+        "generator_cpu_us_per_event": round(generator_cpu / len(load.acknowledged) * 1e6),
+        "load_average_1m": os.getloadavg()[0],
+        "latency_ms_p50": round(latencies[len(latencies) // 2] * 1000, 1),
+        "latency_ms_p99": round(latencies[int(len(latencies) * 0.99)] * 1000, 1),
+        "rss_mib_first_tenth_max": round(max(rss[:tenth]), 1),
+        "rss_mib_last_tenth_max": round(max(rss[-tenth:]), 1),
+        "rss_mib_max": round(max(rss), 1),
+        "store_mib": round(sum(f.stat().st_size for f in store.parent.iterdir()) / 2**20),
+        "counts_by_status": counts,
+    }
+
+
+async def kill(args: argparse.Namespace, store: Path) -> dict[str, Any]:
+    process, host, port, path = await start_receiver(store)
+    load = Load(host, port, path, events(args.messages, args.window))
+    running = asyncio.create_task(load.run(args.connections))
+    await asyncio.sleep(args.seconds)
+    process.send_signal(signal.SIGKILL)
+    await process.wait()
+    await running
+    posted_at_kill = len(load.acknowledged)
+    restarted, *_ = await start_receiver(store)  # recovers the WAL, then serves
+    restarted.send_signal(signal.SIGTERM)
+    await restarted.wait()
+    lost = 0
+    by_reference: dict[str, list[str]] = {}
+    for reference, type_ in load.acknowledged:
+        by_reference.setdefault(reference, []).append(type_)
+    stored = 0
+    async with DeliveryTracker(store) as tracker:
+        for reference, types in by_reference.items():
+            kept = {event.type for event in await tracker.events(reference)}
+            stored += len(kept)
+            lost += sum(1 for type_ in types if type_ not in kept)
+        total = sum((await tracker.counts("bench")).values())
+    return {
+        "seconds_under_load": args.seconds,
+        "posted": load.posted,
+        "acknowledged": posted_at_kill,
+        "acknowledged_and_stored": posted_at_kill - lost,
+        "lost": lost,
+        "stored_events_of_acknowledged_messages": stored,
+        "messages_in_store": total,
+        "killed_with": "SIGKILL",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--window", type=int, default=1000, help="messages between steps")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--kill", action="store_true", help="the SIGKILL check instead")
+    parser.add_argument("--seconds", type=float, default=10.0, help="load before the kill")
+    parser.add_argument("--quick", action="store_true", help="smoke run; figures mean little")
+    parser.add_argument("--dir", type=Path, help="where the store goes (default: a temp dir)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.dir) as directory:
+        store = Path(directory) / "deliveries.sqlite3"
+        run = kill if args.kill else throughput
+        result = asyncio.run(run(args, store))
+    result["phase"] = "kill" if args.kill else "throughput"
+    print(orjson.dumps(result).decode())
+    for key, value in result.items():
+        print(f"{key:>40}: {value}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

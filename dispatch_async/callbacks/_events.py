@@ -1,0 +1,178 @@
+"""One delivery callback as a value, and the pure function that reads it from bytes.
+
+Lenient where the vendor is vague (unknown fields and ``type`` values kept, optional
+fields may be missing), strict where storing it would go wrong (a body that is not a
+JSON object, or an event without ``reference``, cannot be filed under a message).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+import orjson
+
+from .._exceptions import DeliveryEventError
+from ._status import DeliveryStatus, status_of
+
+__all__ = ["DeliveryEvent", "number_key", "parse_event"]
+
+#: The documented string fields besides ``reference`` (and ``message``, an object).
+_TEXT_FIELDS: Final = (
+    "campaign_name",
+    "event_id",
+    "direction",
+    "session_id",
+    "user_id",
+    "timestamp",
+    "channel",
+    "type",
+)
+_KNOWN: Final = frozenset({"reference", "message", *_TEXT_FIELDS})
+_EMPTY: Final[Mapping[str, Any]] = {}
+
+
+@attrs.frozen
+class DeliveryEvent:
+    """One event the service POSTed to the callback URL: the vendor's fields, typed.
+
+    Every field but ``reference`` may be None (missing, null, or not a string: the raw
+    value of a mistyped field is kept in ``extra``). ``type`` is as the service sent it;
+    ``status`` is what it means (`DeliveryStatus`). ``key`` identifies the event: the
+    same event delivered twice (the service retries) has the same key, whatever the
+    order of its fields, and whether a null field is sent or left out. ``received_at``
+    is set on events read back from a store.
+    """
+
+    reference: str
+    status: DeliveryStatus
+    type: str | None = None
+    direction: str | None = None
+    channel: str | None = None
+    user_id: str | None = None
+    campaign_name: str | None = None
+    event_id: str | None = None
+    session_id: str | None = None
+    timestamp: str | None = None
+    message: Mapping[str, Any] | None = None
+    #: Fields the vendor does not document, as they came.
+    extra: Mapping[str, Any] = attrs.field(factory=dict)
+    key: str = attrs.field(default="", repr=False)
+    #: The event as JSON, keys sorted and null fields left out (what ``key`` digests;
+    #: what a store keeps). Empty for an event made by hand.
+    canonical: bytes = attrs.field(default=b"", repr=False, eq=False)
+    #: When a store received it (None for an event just parsed).
+    received_at: dt.datetime | None = attrs.field(default=None, repr=False, eq=False)
+
+    @property
+    def occurred_at(self) -> dt.datetime | None:
+        """``timestamp`` as an aware datetime (UTC assumed without an offset), or None."""
+        return parse_time(self.timestamp)
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as the service sent it: documented fields, then the others."""
+        body: dict[str, Any] = {"reference": self.reference}
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                body[name] = value
+        if self.message is not None:
+            body["message"] = self.message
+        body.update(self.extra)
+        return body
+
+
+def parse_event(body: bytes) -> DeliveryEvent:
+    """Read one callback body.
+
+    Raises:
+        DeliveryEventError: the body is not a JSON object, or has no ``reference``
+            (a non-empty string, or a number); ``status`` is 400.
+    """
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise DeliveryEventError("the callback body is not JSON") from None
+    if type(data) is not dict:
+        raise DeliveryEventError("the callback body is not a JSON object")
+    return event_from(data)
+
+
+def event_from(data: dict[str, Any]) -> DeliveryEvent:
+    """The event for a decoded callback body (see `parse_event`)."""
+    reference = _text(data.get("reference"))
+    if not reference:
+        raise DeliveryEventError("the callback has no reference (the message's id)")
+    fields: dict[str, str | None] = {}
+    extra: dict[str, Any] = {}
+    for name in _TEXT_FIELDS:
+        raw = data.get(name)
+        value = _text(raw)
+        fields[name] = value
+        if value is None and raw is not None:
+            extra[name] = raw
+    message = data.get("message")
+    if message is not None and type(message) is not dict:
+        extra["message"] = message
+        message = None
+    if len(data) > len(_KNOWN) or not _KNOWN.issuperset(data):
+        extra.update((k, v) for k, v in data.items() if k not in _KNOWN)
+    type_, channel, direction = fields["type"], fields["channel"], fields["direction"]
+    canonical = _canonical(data)
+    return DeliveryEvent(
+        reference=reference,
+        status=status_of(type_, channel, direction),
+        type=type_,
+        direction=direction,
+        channel=channel,
+        user_id=fields["user_id"],
+        campaign_name=fields["campaign_name"],
+        event_id=fields["event_id"],
+        session_id=fields["session_id"],
+        timestamp=fields["timestamp"],
+        message=message,
+        extra=extra or _EMPTY,
+        key=hashlib.blake2b(canonical, digest_size=16).hexdigest(),
+        canonical=canonical,
+    )
+
+
+def number_key(number: str | None) -> str:
+    """The digits of a phone number: how an event's ``user_id`` is matched to a recipient.
+
+    ``+55 (11) 98765-4321`` and ``5511987654321`` are the same number here.
+    """
+    if not number:
+        return ""
+    return "".join(c for c in number if "0" <= c <= "9")
+
+
+def parse_time(text: str | None) -> dt.datetime | None:
+    """An ISO 8601 timestamp as an aware datetime (UTC assumed without offset), or None."""
+    if not text:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
+def _text(value: object) -> str | None:
+    # Strings as they are, integers (ids sent as numbers) as their digits; anything else
+    # is not a usable value of a string field.
+    if type(value) is str:
+        return value
+    if type(value) is int:
+        return str(value)
+    return None
+
+
+def _canonical(data: Mapping[str, Any]) -> bytes:
+    # The same event re-delivered may come with its fields in another order or spacing,
+    # or a null field left out: its canonical form is the same.
+    present = {k: v for k, v in data.items() if v is not None}
+    return orjson.dumps(present, option=orjson.OPT_SORT_KEYS)

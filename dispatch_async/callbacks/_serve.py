@@ -1,0 +1,128 @@
+"""``CallbackServer``: the receiver on its own aiohttp server, with the tracker it owns.
+
+What ``dispatch-async callbacks serve`` runs, and what a test or a demo needs in one
+line: a started receiver on 127.0.0.1 whose ``url`` a send's ``callback`` can take.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from collections.abc import Collection
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from aiohttp import web
+
+from ._aiohttp import aiohttp_handler
+from ._receiver import DEFAULT_MAX_BODY_BYTES, CallbackReceiver
+from ._tracker import DeliveryTracker
+
+__all__ = ["CallbackServer"]
+
+
+class CallbackServer:
+    """An HTTP server for the service's callbacks, storing into a tracker it owns.
+
+    ::
+
+        async with CallbackServer(DeliveryTracker("deliveries.sqlite3")) as server:
+            print(server.url)            # give it as a send's callback
+            state = await server.tracker.message(message_id)
+
+    Args:
+        tracker: an unopened tracker: the server opens it on entry and closes it on
+            exit, after the last answer. None: a SQLite file in the temporary
+            directory, removed on exit (for tests and demos).
+        token: the URL's secret token; None makes one.
+        host: the address to listen on.
+        port: 0 picks a free port (``port`` says which once started).
+        path: where the URL starts; the token follows it.
+        allowed_ips: as for `CallbackReceiver`.
+        max_body_bytes: as for `CallbackReceiver`.
+    """
+
+    def __init__(
+        self,
+        tracker: DeliveryTracker | None = None,
+        *,
+        token: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        path: str = "/callbacks",
+        allowed_ips: Collection[str] | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        self._temporary: Path | None = None
+        if tracker is None:
+            name = f"dispatch-async-callbacks-{secrets.token_hex(8)}.sqlite3"
+            self._temporary = Path(tempfile.gettempdir()) / name
+            tracker = DeliveryTracker(self._temporary, poll_interval=0.05)
+        self.tracker = tracker
+        self.receiver = CallbackReceiver(
+            tracker,
+            token=token or CallbackReceiver.new_token(),
+            allowed_ips=allowed_ips,
+            max_body_bytes=max_body_bytes,
+        )
+        self.host = host
+        self.port = port
+        self.path = "/" + path.strip("/")
+        self._runner: web.AppRunner | None = None
+
+    def __repr__(self) -> str:
+        return f"<CallbackServer {self.host}:{self.port}{self.path} {self.tracker!r}>"
+
+    @property
+    def base(self) -> str:
+        """``http://host:port/path``: the URL without its token."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{self.path.rstrip('/')}"
+
+    @property
+    def url(self) -> str:
+        """The callback URL, token included: a secret."""
+        return self.receiver.url(self.base)
+
+    async def start(self) -> None:
+        """Open the tracker, then listen."""
+        await self.tracker.open()
+        app = web.Application()
+        route = f"{self.path.rstrip('/')}/{{token}}"
+        app.router.add_route("*", route, aiohttp_handler(self.receiver))
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = runner
+        try:
+            await runner.setup()
+            await web.TCPSite(runner, self.host, self.port, backlog=1024).start()
+        except BaseException:
+            await self.aclose()
+            raise
+        self.port = runner.addresses[0][1]
+
+    async def aclose(self) -> None:
+        """Stop answering, then commit what was acknowledged and close the tracker."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        await self.tracker.aclose()
+        if self._temporary is not None:
+            _remove_database(self._temporary)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _remove_database(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)

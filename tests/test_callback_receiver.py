@@ -1,0 +1,311 @@
+"""The callback receiver, mounted both ways users mount it: as an aiohttp.web handler on a
+real server on 127.0.0.1, and as an ASGI app (alone and inside FastAPI). Every behaviour
+is checked through both."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import httpx
+import orjson
+import pytest
+from aiohttp import web
+from fastapi import FastAPI
+
+import dispatch_async as da
+from dispatch_async.callbacks import (
+    CallbackReceiver,
+    DeliveryEvent,
+    DeliveryStatus,
+    DeliveryTracker,
+    aiohttp_handler,
+    asgi_app,
+)
+
+TOKEN = "k3Y-0f-th1s-rece1ver-0nly"
+NUMBER = "5511987654321"
+
+
+def event_body(reference: str = "m-1", type_: str = "DELIVERED", **fields: object) -> bytes:
+    return orjson.dumps(
+        {
+            "reference": reference,
+            "campaign_name": "july",
+            "event_id": "e-1",
+            "direction": "inbound",
+            "user_id": NUMBER,
+            "timestamp": "2024-07-01T12:00:00Z",
+            "channel": "RCS",
+            "type": type_,
+            **fields,
+        }
+    )
+
+
+class Post(Protocol):
+    async def __call__(
+        self,
+        body: bytes | Callable[[], AsyncIterator[bytes]] = b"",
+        *,
+        token: str = TOKEN,
+        method: str = "POST",
+    ) -> tuple[int, dict[str, Any]]: ...
+
+
+@pytest.fixture
+async def tracker(tmp_path: Path) -> AsyncIterator[DeliveryTracker]:
+    async with DeliveryTracker(tmp_path / "deliveries.sqlite3") as opened:
+        yield opened
+
+
+@pytest.fixture
+def settings() -> dict[str, Any]:
+    """Receiver settings beyond the token; a test changes them before ``post`` is made."""
+    return {}
+
+
+@pytest.fixture
+def receiver(tracker: DeliveryTracker, settings: dict[str, Any]) -> CallbackReceiver:
+    return CallbackReceiver(tracker, token=TOKEN, **settings)
+
+
+async def _serve_aiohttp(receiver: CallbackReceiver) -> AsyncIterator[Post]:
+    app = web.Application()
+    app.router.add_route("*", "/callbacks/{token}", aiohttp_handler(receiver))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    async with aiohttp.ClientSession() as client:
+
+        async def post(
+            body: bytes | Callable[[], AsyncIterator[bytes]] = b"",
+            *,
+            token: str = TOKEN,
+            method: str = "POST",
+        ) -> tuple[int, dict[str, Any]]:
+            data = body if isinstance(body, bytes) else body()
+            url = f"http://127.0.0.1:{port}/callbacks/{token}"
+            async with client.request(method, url, data=data) as response:
+                raw = await response.read()
+                return response.status, orjson.loads(raw) if raw.startswith(b"{") else {}
+
+        try:
+            yield post
+        finally:
+            await runner.cleanup()
+
+
+async def _serve_asgi(app: Callable[..., Awaitable[None]], prefix: str) -> AsyncIterator[Post]:
+    transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://receiver") as client:
+
+        async def post(
+            body: bytes | Callable[[], AsyncIterator[bytes]] = b"",
+            *,
+            token: str = TOKEN,
+            method: str = "POST",
+        ) -> tuple[int, dict[str, Any]]:
+            content = body if isinstance(body, bytes) else body()
+            response = await client.request(method, f"{prefix}/{token}", content=content)
+            raw = response.content
+            return response.status_code, orjson.loads(raw) if raw.startswith(b"{") else {}
+
+        yield post
+
+
+@pytest.fixture(params=["aiohttp", "asgi", "fastapi"])
+async def post(request: pytest.FixtureRequest, receiver: CallbackReceiver) -> AsyncIterator[Post]:
+    if request.param == "aiohttp":
+        async for poster in _serve_aiohttp(receiver):
+            yield poster
+    elif request.param == "asgi":
+        async for poster in _serve_asgi(asgi_app(receiver), ""):
+            yield poster
+    else:
+        api = FastAPI()
+        api.mount("/hooks/rcs", asgi_app(receiver))
+        async for poster in _serve_asgi(api, "/hooks/rcs"):
+            yield poster
+
+
+class TestStores:
+    async def test_a_valid_event_is_stored_and_answered_200(
+        self, post: Post, tracker: DeliveryTracker
+    ) -> None:
+        status, answer = await post(event_body("m-1", "READ"))
+        assert (status, answer) == (200, {"status": "stored"})
+        state = await tracker.message("m-1")
+        assert state is not None
+        assert state.status is DeliveryStatus.READ
+
+    async def test_a_redelivered_event_is_answered_200_and_stored_once(
+        self, post: Post, tracker: DeliveryTracker
+    ) -> None:
+        assert (await post(event_body()))[0] == 200
+        assert (await post(event_body()))[0] == 200
+        assert len(await tracker.events("m-1")) == 1
+
+    async def test_answers_only_once_the_event_is_durable(
+        self, post: Post, tracker: DeliveryTracker
+    ) -> None:
+        store = tracker.store
+        original = store.write
+        writing, release = asyncio.Event(), asyncio.Event()
+
+        async def gated(events: list[DeliveryEvent], at: float) -> None:
+            writing.set()
+            await release.wait()
+            await original(events, at)
+
+        store.write = gated  # type: ignore[method-assign]
+        posting = asyncio.create_task(post(event_body("m-slow")))
+        async with asyncio.timeout(5):
+            await writing.wait()
+        assert not posting.done()
+        release.set()
+        assert (await posting)[0] == 200
+        assert await tracker.message("m-slow") is not None
+
+    async def test_a_store_that_fails_gets_503_and_the_service_delivers_again(
+        self, post: Post, tracker: DeliveryTracker
+    ) -> None:
+        store = tracker.store
+        original = store.write
+        failures = [OSError("disk full")]
+
+        async def failing_once(events: list[DeliveryEvent], at: float) -> None:
+            if failures:
+                raise failures.pop()
+            await original(events, at)
+
+        store.write = failing_once  # type: ignore[method-assign]
+        assert (await post(event_body()))[0] == 503
+        assert await tracker.message("m-1") is None
+        assert (await post(event_body()))[0] == 200
+        assert await tracker.message("m-1") is not None
+
+    async def test_a_closed_tracker_gets_503(self, post: Post, tracker: DeliveryTracker) -> None:
+        await tracker.aclose()
+        assert (await post(event_body()))[0] == 503
+
+
+class TestRefuses:
+    @pytest.mark.parametrize(
+        ("body", "why"),
+        [
+            (b"", "not JSON"),
+            (b"reference=m-1&type=READ", "not JSON"),
+            (b"[1, 2]", "not a JSON object"),
+            (b'{"type": "READ", "user_id": "5511987654321"}', "no reference"),
+        ],
+    )
+    async def test_an_unreadable_body_gets_400_and_nothing_stored(
+        self, post: Post, tracker: DeliveryTracker, body: bytes, why: str
+    ) -> None:
+        status, answer = await post(body)
+        assert status == 400
+        assert why in answer["error"]
+        assert NUMBER not in answer["error"]
+        assert await tracker.counts("july") == {}
+        assert (await post(event_body()))[0] == 200  # and the receiver goes on
+
+    @pytest.mark.parametrize("token", ["wrong-token-of-the-same-len", "x", TOKEN[:-1], "%00"])
+    async def test_a_wrong_token_gets_404_and_nothing_stored(
+        self, post: Post, tracker: DeliveryTracker, token: str
+    ) -> None:
+        assert (await post(event_body(), token=token))[0] == 404
+        assert await tracker.message("m-1") is None
+
+    async def test_the_token_is_compared_in_constant_time(
+        self, post: Post, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        compared: list[tuple[bytes, bytes]] = []
+        real = hmac.compare_digest
+
+        def spy(a: bytes, b: bytes) -> bool:
+            compared.append((a, b))
+            return real(a, b)
+
+        monkeypatch.setattr(hmac, "compare_digest", spy)
+        await post(event_body(), token="not-the-token-at-all")
+        assert compared == [(b"not-the-token-at-all", TOKEN.encode())]
+
+    async def test_only_post_is_answered(self, post: Post, tracker: DeliveryTracker) -> None:
+        assert (await post(method="GET"))[0] == 405
+        assert (await post(method="GET", token="wrong-token-wrong-token"))[0] in (404, 405)
+
+    @pytest.mark.parametrize("settings", [{"max_body_bytes": 300}])
+    async def test_a_declared_body_over_the_limit_gets_413(
+        self, post: Post, tracker: DeliveryTracker
+    ) -> None:
+        assert (await post(event_body(padding="x" * 400)))[0] == 413
+        assert await tracker.message("m-1") is None
+        assert (await post(event_body()))[0] == 200
+
+    @pytest.mark.parametrize("settings", [{"max_body_bytes": 300}])
+    async def test_a_streamed_body_over_the_limit_gets_413(
+        self, post: Post, tracker: DeliveryTracker
+    ) -> None:
+        async def chunks() -> AsyncIterator[bytes]:
+            body = event_body(padding="x" * 400)
+            for start in range(0, len(body), 100):
+                yield body[start : start + 100]
+
+        assert (await post(chunks))[0] == 413
+        assert await tracker.message("m-1") is None
+
+    @pytest.mark.parametrize("settings", [{"allowed_ips": ["203.0.113.0/24", "10.9.8.7"]}])
+    async def test_an_address_off_the_allow_list_gets_403(
+        self, post: Post, tracker: DeliveryTracker
+    ) -> None:
+        assert (await post(event_body()))[0] == 403
+        assert await tracker.message("m-1") is None
+
+    @pytest.mark.parametrize("settings", [{"allowed_ips": ["127.0.0.0/8"]}])
+    async def test_an_address_on_the_allow_list_is_served(self, post: Post) -> None:
+        assert (await post(event_body()))[0] == 200
+
+
+class TestLogs:
+    async def test_numbers_appear_only_at_debug_and_the_token_never(
+        self, post: Post, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        caplog.set_level(logging.DEBUG, logger="dispatch_async")
+        await post(event_body())
+        await post(b'{"user_id": "5511987654321"}')
+        await post(event_body(), token="wrong-token-wrong-token")
+        assert any(NUMBER in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
+        for record in caplog.records:
+            text = record.getMessage()
+            assert TOKEN not in text
+            if record.levelno > logging.DEBUG:
+                assert NUMBER not in text
+
+
+class TestConfiguration:
+    def test_a_short_token_is_refused(self, tracker: DeliveryTracker) -> None:
+        with pytest.raises(da.ConfigurationError, match="at least 16"):
+            CallbackReceiver(tracker, token="short")
+
+    def test_an_unreadable_address_is_refused(self, tracker: DeliveryTracker) -> None:
+        with pytest.raises(da.ConfigurationError, match=r"'example\.com'"):
+            CallbackReceiver(tracker, token=TOKEN, allowed_ips=["example.com"])
+
+    def test_new_tokens_are_long_and_distinct(self) -> None:
+        tokens = {CallbackReceiver.new_token() for _ in range(100)}
+        assert len(tokens) == 100
+        assert all(len(t) >= 43 and "/" not in t for t in tokens)
+
+    def test_url_ends_with_the_token(self, receiver: CallbackReceiver) -> None:
+        assert receiver.url("https://example.com/callbacks/") == (
+            f"https://example.com/callbacks/{TOKEN}"
+        )
+        assert TOKEN not in repr(receiver)

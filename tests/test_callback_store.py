@@ -1,0 +1,129 @@
+"""The SQLite delivery store (the default), through a DeliveryTracker: the store contract
+(tests/callback_store_contract.py), and what is SQLite's own: the file, durability."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import dispatch_async as da
+from dispatch_async.callbacks import DeliveryTracker, SQLiteDeliveryStore
+
+from .callback_store_contract import (
+    AnswersQuestions,
+    CommitsInGroups,
+    StreamsChanges,
+    TracksOneMessage,
+    event,
+    reference,
+)
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "deliveries.sqlite3"
+
+
+@pytest.fixture
+async def tracker(path: Path) -> AsyncIterator[DeliveryTracker]:
+    async with DeliveryTracker(path, poll_interval=0.05) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def second_tracker(path: Path, tracker: DeliveryTracker) -> AsyncIterator[DeliveryTracker]:
+    async with DeliveryTracker(SQLiteDeliveryStore(path), poll_interval=0.05) as opened:
+        yield opened
+
+
+class TestTracksOneMessage(TracksOneMessage):
+    pass
+
+
+class TestAnswersQuestions(AnswersQuestions):
+    pass
+
+
+class TestStreamsChanges(StreamsChanges):
+    pass
+
+
+class TestCommitsInGroups(CommitsInGroups):
+    pass
+
+
+class TestTheFile:
+    async def test_an_acknowledged_event_is_committed_in_the_file(
+        self, tracker: DeliveryTracker, path: Path
+    ) -> None:
+        ref = reference()
+        await tracker.record(event(ref, "READ"))
+        # Another connection sees only committed transactions.
+        with sqlite3.connect(path) as other:
+            rows = other.execute("SELECT status FROM messages WHERE reference = ?", (ref,))
+            assert rows.fetchall() == [("read",)]
+        other.close()
+
+    async def test_the_file_is_in_wal_mode_with_full_sync(
+        self, tracker: DeliveryTracker, path: Path
+    ) -> None:
+        with sqlite3.connect(path) as other:
+            assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        other.close()
+
+    async def test_state_outlives_the_tracker(self, path: Path) -> None:
+        ref = reference()
+        async with DeliveryTracker(path) as first:
+            await first.record(event(ref, "DELIVERED", channel="SMS"))
+        async with DeliveryTracker(path) as second:
+            state = await second.message(ref)
+        assert state is not None
+        assert state.status.value == "delivered_sms"
+
+    async def test_a_file_that_is_not_sqlite_is_a_configuration_error(self, path: Path) -> None:
+        await asyncio.to_thread(path.write_bytes, b"not a database, not at all" * 100)
+        with pytest.raises(da.ConfigurationError, match="not a usable SQLite database"):
+            await DeliveryTracker(path).open()
+
+    async def test_a_failed_write_is_an_error_and_the_tracker_goes_on(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        store = tracker.store
+        original = store.write
+        failures = [sqlite3.OperationalError("disk I/O error")]
+
+        async def failing_once(events: list[da.callbacks.DeliveryEvent], at: float) -> None:
+            if failures:
+                raise failures.pop()
+            await original(events, at)
+
+        store.write = failing_once  # type: ignore[method-assign]
+        lost, kept = reference(), reference()
+        with pytest.raises(da.DeliveryStoreError, match="OperationalError") as caught:
+            await tracker.record(event(lost, "READ"))
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+        await tracker.record(event(kept, "READ"))
+        assert await tracker.message(lost) is None
+        assert await tracker.message(kept) is not None
+
+
+class TestLifecycle:
+    async def test_recording_on_a_closed_tracker_is_refused(self, path: Path) -> None:
+        tracker = DeliveryTracker(path)
+        with pytest.raises(da.SessionClosedError):
+            await tracker.record(event(reference(), "READ"))
+        async with tracker:
+            pass
+        with pytest.raises(da.SessionClosedError):
+            await tracker.record(event(reference(), "READ"))
+        await tracker.aclose()  # idempotent
+
+    async def test_a_tracker_opens_once(self, path: Path) -> None:
+        async with DeliveryTracker(path) as tracker:
+            pass
+        with pytest.raises(da.SessionClosedError, match="closed"):
+            await tracker.open()

@@ -1,0 +1,354 @@
+"""``dispatch-async callbacks serve``: the receiver as a real process on 127.0.0.1, fed by
+real HTTP posts (by hand, and by the simulator after a real send)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker
+from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
+
+from .conftest import SECRET, numbers, session_for
+from .receiver_process import COMMAND, receiver_process
+
+EVENT = {
+    "reference": "m-1",
+    "campaign_name": "july",
+    "direction": "inbound",
+    "user_id": "5511987654321",
+    "channel": "RCS",
+    "type": "READ",
+}
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def post(client: aiohttp.ClientSession, url: str, event: object = EVENT) -> int:
+    async with client.post(url, data=orjson.dumps(event)) as answer:
+        return answer.status
+
+
+async def stored(store: Path, reference: str) -> DeliveryStatus | None:
+    async with DeliveryTracker(store) as tracker:
+        state = await tracker.message(reference)
+    return None if state is None else state.status
+
+
+class TestServe:
+    async def test_stores_what_it_acknowledges_and_stops_cleanly_on_sigterm(
+        self, tmp_path: Path, client: aiohttp.ClientSession
+    ) -> None:
+        store = tmp_path / "deliveries.sqlite3"
+        async with receiver_process(store) as receiver:
+            assert await post(client, receiver.url) == 200
+            assert await post(client, f"{receiver.base}/not-the-token-at-all") == 404
+            assert await post(client, receiver.url, ["not", "an", "event"]) == 400
+            receiver.process.send_signal(signal.SIGTERM)
+            assert await receiver.process.wait() == 0
+        assert await stored(store, "m-1") is DeliveryStatus.READ
+
+    async def test_makes_a_private_token_once_and_keeps_it(
+        self, tmp_path: Path, client: aiohttp.ClientSession
+    ) -> None:
+        store = tmp_path / "deliveries.sqlite3"
+        async with receiver_process(store) as first:
+            pass
+        token_file = tmp_path / "deliveries.sqlite3.token"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        async with receiver_process(store) as second:
+            assert second.token == first.token
+            assert len(second.token) >= 43
+            assert await post(client, second.url) == 200
+
+    async def test_takes_the_token_from_the_environment(
+        self, tmp_path: Path, client: aiohttp.ClientSession
+    ) -> None:
+        token = "a-token-the-operator-chose-0123456789"
+        store = tmp_path / "deliveries.sqlite3"
+        async with receiver_process(store, env={"DISPATCH_CALLBACK_TOKEN": token}) as receiver:
+            assert receiver.url.endswith(f"/{token}")
+            assert await post(client, receiver.url) == 200
+        assert not (tmp_path / "deliveries.sqlite3.token").exists()
+
+    async def test_never_prints_the_token_nor_a_number(
+        self, tmp_path: Path, client: aiohttp.ClientSession
+    ) -> None:
+        store = tmp_path / "deliveries.sqlite3"
+        async with receiver_process(store, "-v") as receiver:
+            await post(client, receiver.url)
+            await post(client, f"{receiver.base}/{receiver.token[:-1]}")
+            await post(client, receiver.url, {"user_id": "5511987654321"})
+            receiver.process.send_signal(signal.SIGTERM)
+            out, err = await receiver.process.communicate()
+        text = (out + err).decode()
+        assert "refused a callback" in text  # it does log, at -v
+        assert receiver.token not in text
+        assert "5511987654321" not in text
+
+    async def test_refuses_callers_off_its_allow_list(
+        self, tmp_path: Path, client: aiohttp.ClientSession
+    ) -> None:
+        store = tmp_path / "deliveries.sqlite3"
+        async with receiver_process(store, "--allow-ip", "10.0.0.0/8") as receiver:
+            assert await post(client, receiver.url) == 403
+        assert await stored(store, "m-1") is None
+
+
+class TestWithTheSimulator:
+    async def test_a_send_with_callbacks_ends_tracked(self, tmp_path: Path) -> None:
+        store = tmp_path / "deliveries.sqlite3"
+        plan = CallbackPlan(read=1.0, duplicates=0.3, reorder=0.5, seed=5)
+        async with (
+            receiver_process(store) as receiver,
+            FakeDispatchServer(client_secret=SECRET, callbacks=plan) as server,
+        ):
+            async with session_for(server) as session:
+                result = await session.send_basic(
+                    numbers(30), text="oi", campaign_name="july", callback=receiver.url
+                )
+            assert server.callbacks is not None
+            await server.callbacks.settled()
+            assert server.callbacks.stats.given_up == 0
+        async with DeliveryTracker(store) as tracker:
+            assert await tracker.counts("july") == {DeliveryStatus.READ: 30}
+            for id_ in result.valid.ids:
+                assert len(await tracker.events(id_)) == 3
+
+
+class TestUsage:
+    async def test_needs_a_store(self, tmp_path: Path) -> None:
+        done = await asyncio.create_subprocess_exec(
+            *COMMAND, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL
+        )
+        _, err = await done.communicate()
+        assert done.returncode == 2
+        assert b"--store FILE or --redis URL" in err
+
+    async def test_a_file_that_is_not_sqlite_is_refused(self, tmp_path: Path) -> None:
+        store = tmp_path / "deliveries.sqlite3"
+        await asyncio.to_thread(store.write_bytes, b"this is not a database" * 200)
+        done = await asyncio.create_subprocess_exec(
+            *COMMAND,
+            "--store",
+            str(store),
+            "--port",
+            "0",
+            stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.DEVNULL,
+            env=dict(os.environ),
+        )
+        _, err = await done.communicate()
+        assert done.returncode == 2
+        assert b"not a usable SQLite database" in err
+        assert b"Traceback" not in err
+
+
+def test_the_command_is_listed() -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dispatch_async._cli", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "callbacks" in done.stdout
+
+
+class TestReconcile:
+    """A job whose chunk the service acted on before answering 500: its maybe_sent
+    records, and the callbacks the simulator posted meanwhile to `callbacks serve`."""
+
+    async def job(
+        self, tmp_path: Path, plan: CallbackPlan
+    ) -> tuple[Path, Path, FakeDispatchServer]:
+        store = tmp_path / "deliveries.sqlite3"
+        results = tmp_path / "results.jsonl"
+        rows = "number\n" + "".join(f"{n}\n" for n in numbers(6))
+        await asyncio.to_thread((tmp_path / "in.csv").write_text, rows)
+        async with (
+            receiver_process(store) as receiver,
+            FakeDispatchServer(client_secret=SECRET, callbacks=plan) as server,
+        ):
+            server.script_for(numbers(6)[3], Fault.status(500))  # the second chunk of 3
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")},
+                "DISPATCH_BASE_URL": server.url,
+                "DISPATCH_CLIENT_SECRET": SECRET,
+                "DISPATCH_ACCOUNT": "acme",
+            }
+            await cli(
+                "send",
+                "basic",
+                "--text",
+                "oi",
+                "-i",
+                tmp_path / "in.csv",
+                "-o",
+                results,
+                "--chunk-size",
+                "3",
+                "--campaign-name",
+                "job-1",
+                "--callback",
+                receiver.url,
+                "-q",
+                env=env,
+                expect=1,
+            )
+            assert server.callbacks is not None
+            await server.callbacks.settled()
+        return results, store, server
+
+    async def test_confirmed_records_become_sent_with_the_callbacks_reference(
+        self, tmp_path: Path
+    ) -> None:
+        results, store, _ = await self.job(tmp_path, CallbackPlan(read=0.0, seed=2))
+        before = records_by_line(results)
+        assert [before[line]["outcome"] for line in range(2, 8)] == ["sent"] * 3 + [
+            "maybe_sent"
+        ] * 3
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=0,
+        )
+        assert "3 confirmed sent by callbacks, 0 still maybe_sent" in out
+        after = records_by_line(results)
+        assert all(after[line]["outcome"] == "sent" for line in range(2, 8))
+        for line in (2, 3, 4):
+            assert after[line] == before[line]  # untouched
+        async with DeliveryTracker(store) as tracker:
+            for line in (5, 6, 7):
+                state = await tracker.message(after[line]["id"])
+                assert state is not None
+                assert state.number == after[line]["number"].lstrip("+")
+        assert not await asyncio.to_thread(lambda: list(tmp_path.glob("*.reconcile")))
+        again = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=0,
+        )
+        assert "0 maybe_sent" in again
+        assert records_by_line(results) == after
+        exported = await cli(
+            "export",
+            results,
+            "-i",
+            tmp_path / "in.csv",
+            "--outcome",
+            "maybe_sent",
+            expect=0,
+        )
+        assert not any(n in exported for n in numbers(6))
+
+    async def test_without_callbacks_records_stay_maybe_sent(self, tmp_path: Path) -> None:
+        results, store, _ = await self.job(tmp_path, CallbackPlan(drop=1.0))
+        before = await asyncio.to_thread(results.read_bytes)
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=1,
+        )
+        assert "0 confirmed sent by callbacks, 3 still maybe_sent" in out
+        assert await asyncio.to_thread(results.read_bytes) == before
+        exported = await cli(
+            "export",
+            results,
+            "-i",
+            tmp_path / "in.csv",
+            "--outcome",
+            "maybe_sent",
+            expect=0,
+        )
+        assert [n for n in numbers(6) if n in exported] == numbers(6)[3:]
+
+    async def test_another_campaigns_callbacks_confirm_nothing(self, tmp_path: Path) -> None:
+        results, store, _ = await self.job(tmp_path, CallbackPlan(seed=2))
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "another-job",
+            expect=1,
+        )
+        assert "3 still maybe_sent" in out
+
+    async def test_an_unfinished_job_is_refused(self, tmp_path: Path) -> None:
+        results = tmp_path / "results.jsonl"
+        await asyncio.to_thread(results.write_text, "")
+        await asyncio.to_thread((tmp_path / "results.jsonl.pending").write_text, "x\n")
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            tmp_path / "d.sqlite3",
+            "--campaign-name",
+            "job-1",
+            expect=2,
+        )
+        assert "still has a journal" in out
+
+
+async def cli(*args: str | Path, env: dict[str, str] | None = None, expect: int) -> str:
+    """Run the command; its stdout and stderr, once it exited with *expect*."""
+    done = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "dispatch_async._cli",
+        *map(str, args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env or dict(os.environ),
+    )
+    out, err = await done.communicate()
+    text = (out + err).decode()
+    assert done.returncode == expect, text
+    return text
+
+
+def records_by_line(path: Path) -> dict[int, dict[str, Any]]:
+    found: dict[int, dict[str, Any]] = {}
+    for raw in path.read_bytes().splitlines():
+        record = orjson.loads(raw)
+        found.setdefault(record["line"], record)
+    return found
