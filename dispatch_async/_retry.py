@@ -9,12 +9,12 @@ library would do is count the tries (docs/guides/retries.md says why none is use
 
 from __future__ import annotations
 
+import datetime as dt
 import email.utils
 import logging
 import random
 import re
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import UTC, datetime
 from typing import Final, TypeVar
 
 import attrs
@@ -158,5 +158,5 @@ def parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
+        when = when.replace(tzinfo=dt.UTC)
+    return max((when - dt.datetime.now(dt.UTC)).total_seconds(), 0.0)

@@ -17,9 +17,9 @@ def aiohttp_handler(
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     """An aiohttp handler for callbacks; route it to a path ending with ``{token}``.
 
-    ::
-
-        app.router.add_post("/callbacks/{token}", aiohttp_handler(receiver))
+    ```python
+    app.router.add_post("/callbacks/{token}", aiohttp_handler(receiver))
+    ```
 
     The body is read up to the receiver's limit, whatever the app's ``client_max_size``.
     """

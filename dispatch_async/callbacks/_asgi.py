@@ -23,11 +23,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 def asgi_app(receiver: CallbackReceiver) -> ASGIApp:
     """An ASGI app that answers callbacks at any path ending with the receiver's token.
 
-    ::
-
-        app = FastAPI(lifespan=...)            # open and close the tracker there
-        app.mount("/callbacks", asgi_app(receiver))
-        # the service posts to receiver.url("https://your.host/callbacks")
+    ```python
+    app = FastAPI(lifespan=...)            # open and close the tracker there
+    app.mount("/callbacks", asgi_app(receiver))
+    # the service posts to receiver.url("https://your.host/callbacks")
+    ```
     """
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:

@@ -58,14 +58,14 @@ class DeliveryEvent:
     session_id: str | None = None
     timestamp: str | None = None
     message: Mapping[str, Any] | None = None
-    #: Fields the vendor does not document, as they came.
     extra: Mapping[str, Any] = attrs.field(factory=dict)
+    """Fields the vendor does not document, as they came."""
     key: str = attrs.field(default="", repr=False)
-    #: The event as JSON, keys sorted and null fields left out (what ``key`` digests;
-    #: what a store keeps). Empty for an event made by hand.
     canonical: bytes = attrs.field(default=b"", repr=False, eq=False)
-    #: When a store received it (None for an event just parsed).
+    """The event as JSON, keys sorted and null fields left out (what ``key`` digests;
+    what a store keeps). Empty for an event made by hand."""
     received_at: dt.datetime | None = attrs.field(default=None, repr=False, eq=False)
+    """When a store received it (None for an event just parsed)."""
 
     @property
     def occurred_at(self) -> dt.datetime | None:

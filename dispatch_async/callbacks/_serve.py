@@ -25,11 +25,11 @@ __all__ = ["CallbackServer"]
 class CallbackServer:
     """An HTTP server for the service's callbacks, storing into a tracker it owns.
 
-    ::
-
-        async with CallbackServer(DeliveryTracker("deliveries.sqlite3")) as server:
-            print(server.url)            # give it as a send's callback
-            state = await server.tracker.message(message_id)
+    ```python
+    async with CallbackServer(DeliveryTracker("deliveries.sqlite3")) as server:
+        print(server.url)            # give it as a send's callback
+        state = await server.tracker.message(message_id)
+    ```
 
     Args:
         tracker: an unopened tracker: the server opens it on entry and closes it on

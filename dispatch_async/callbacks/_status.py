@@ -25,22 +25,22 @@ class DeliveryStatus(enum.StrEnum):
     SMS fallback delivered it). Between equal ranks the first one seen stays.
     """
 
-    #: An event whose type is not one of the observed values (kept as it came).
     UNKNOWN = "unknown"
-    #: The outbound echo: the service sent the message (``type`` is the RCS type).
+    """An event whose type is not one of the observed values (kept as it came)."""
     SENT = "sent"
-    #: ``EXCEPTION`` or ``ERROR``: the service could not deliver it.
+    """The outbound echo: the service sent the message (``type`` is the RCS type)."""
     FAILED = "failed"
-    #: ``bloqueado por duplicidade``: identical content to the same number within an hour.
+    """``EXCEPTION`` or ``ERROR``: the service could not deliver it."""
     BLOCKED_DUPLICATE = "blocked_duplicate"
-    #: ``DELIVERED`` on the RCS channel.
+    """``bloqueado por duplicidade``: identical content to the same number within an hour."""
     DELIVERED = "delivered"
-    #: ``DELIVERED`` on the SMS channel: the phone has no RCS and the fallback carried it.
+    """``DELIVERED`` on the RCS channel."""
     DELIVERED_SMS = "delivered_sms"
-    #: ``READ``: the recipient opened it.
+    """``DELIVERED`` on the SMS channel: the phone has no RCS and the fallback carried it."""
     READ = "read"
-    #: An inbound reply or click (``type`` is its content type: ``text``, ``image``, ...).
+    """``READ``: the recipient opened it."""
     INTERACTION = "interaction"
+    """An inbound reply or click (``type`` is its content type: ``text``, ``image``, ...)."""
 
     @property
     def rank(self) -> int:

@@ -48,13 +48,13 @@ class _State(enum.Enum):
 class DeliveryTracker:
     """The delivery state of your messages, kept by a store as callbacks arrive.
 
-    ::
-
-        async with DeliveryTracker("deliveries.sqlite3") as tracker:
-            await tracker.record(parse_event(body))   # durable when it returns
-            state = await tracker.message(valid_message.id)
-            async for event in tracker:               # every event stored since it opened
-                ...
+    ```python
+    async with DeliveryTracker("deliveries.sqlite3") as tracker:
+        await tracker.record(parse_event(body))   # durable when it returns
+        state = await tracker.message(valid_message.id)
+        async for event in tracker:               # every event stored since it opened
+            ...
+    ```
 
     Args:
         store: a `DeliveryStore`, or the path of a SQLite file (`SQLiteDeliveryStore`).

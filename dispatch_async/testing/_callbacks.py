@@ -52,59 +52,59 @@ class CallbackPlan:
     Shares are probabilities, drawn per message (outcomes) or per event (faults).
     """
 
-    #: Share of messages delivered (the others get ``EXCEPTION`` or ``ERROR``).
     delivered: float = 1.0
-    #: Share of delivered messages whose phone has no RCS: delivered on channel ``SMS``
-    #: when the request has an SMS fallback, else ``EXCEPTION``.
+    """Share of messages delivered (the others get ``EXCEPTION`` or ``ERROR``)."""
     sms_fallback: float = 0.0
-    #: Share of messages delivered by RCS that are then read.
+    """Share of delivered messages whose phone has no RCS: delivered on channel ``SMS``
+    when the request has an SMS fallback, else ``EXCEPTION``."""
     read: float = 0.5
-    #: Share of read messages that get an inbound ``text`` reply.
+    """Share of messages delivered by RCS that are then read."""
     replied: float = 0.0
-    #: Identical content (the text, or the template) to the same number within an hour
-    #: gets ``bloqueado por duplicidade`` instead of being sent.
+    """Share of read messages that get an inbound ``text`` reply."""
     block_duplicates: bool = True
-    #: Share of events posted twice.
+    """Identical content (the text, or the template) to the same number within an hour
+    gets ``bloqueado por duplicidade`` instead of being sent."""
     duplicates: float = 0.0
-    #: Share of messages whose events are posted in a shuffled order.
+    """Share of events posted twice."""
     reorder: float = 0.0
-    #: Each event waits a random 0 to this many seconds before it is posted.
+    """Share of messages whose events are posted in a shuffled order."""
     delay: float = 0.0
-    #: Share of events never posted.
+    """Each event waits a random 0 to this many seconds before it is posted."""
     drop: float = 0.0
-    #: Posts of one event at most, while the receiver answers other than 2xx (or cannot
-    #: be reached).
+    """Share of events never posted."""
     max_attempts: int = 3
-    #: Seconds between those posts.
+    """Posts of one event at most, while the receiver answers other than 2xx (or cannot
+    be reached)."""
     retry_wait: float = 0.05
-    #: Events being posted at once.
+    """Seconds between those posts."""
     concurrency: int = 8
-    #: Seeds every draw (None: a fresh seed).
+    """Events being posted at once."""
     seed: int | None = None
+    """Seeds every draw (None: a fresh seed)."""
 
 
 @attrs.define
 class CallbackStats:
     """What the simulator's callbacks did; plain counters."""
 
-    #: Events made (one per step of a message; before drops and duplicates).
     events: int = 0
-    #: POSTs that got a 2xx.
+    """Events made (one per step of a message; before drops and duplicates)."""
     acknowledged: int = 0
-    #: POSTs answered otherwise, or that could not be made (each is retried, bounded).
+    """POSTs that got a 2xx."""
     failed_attempts: int = 0
-    #: Events given up after ``max_attempts`` posts.
+    """POSTs answered otherwise, or that could not be made (each is retried, bounded)."""
     given_up: int = 0
-    #: Events dropped on purpose (``drop``).
+    """Events given up after ``max_attempts`` posts."""
     dropped: int = 0
-    #: Extra posts of an event (``duplicates``).
+    """Events dropped on purpose (``drop``)."""
     duplicated: int = 0
-    #: Messages answered ``bloqueado por duplicidade``.
+    """Extra posts of an event (``duplicates``)."""
     blocked: int = 0
-    #: Requests whose callback URL is not on a loopback address: nothing posted.
+    """Messages answered ``bloqueado por duplicidade``."""
     refused_urls: int = 0
-    #: Events of each ``type`` made, e.g. ``{"DELIVERED": 10, "READ": 5}``.
+    """Requests whose callback URL is not on a loopback address: nothing posted."""
     by_type: dict[str, int] = attrs.field(factory=dict)
+    """Events of each ``type`` made, e.g. ``{"DELIVERED": 10, "READ": 5}``."""
 
 
 class CallbackSender:
