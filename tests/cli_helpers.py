@@ -131,3 +131,27 @@ async def wait_for_records(path: Path, count: int, process: asyncio.subprocess.P
         while line_count(path) < count:
             assert process.returncode is None, "the job ended before it could be stopped"
             await asyncio.sleep(0.01)
+
+
+async def interrupted(
+    server: FakeDispatchServer, env: dict[str, str], *args: str | Path, after: int
+) -> None:
+    """Run *args*, Ctrl-C it once *after* records are written, wait for it to stop."""
+    out = Path(args[args.index("-o") + 1])
+    server.latency = 0.02
+    process = await asyncio.create_subprocess_exec(
+        *COMMAND, *map(str, args),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    await wait_for_records(out, after, process)
+    process.send_signal(signal.SIGINT)
+    async with asyncio.timeout(20):
+        await process.wait()
+    server.latency = 0
+    assert process.returncode == 1, "stopped before the end"
+    assert has_journal(out)
+
+
+def raw(path: Path) -> bytes:
+    """A file's bytes, for a test that compares them (a plain call, not an await)."""
+    return path.read_bytes()

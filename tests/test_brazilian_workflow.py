@@ -24,8 +24,7 @@ import pytest
 from aiohttp import web
 
 from dispatch_async.testing import FakeDispatchServer, Fault
-from tests.cli_helpers import by_line, dispatch_async, records
-from tests.test_spreadsheets import interrupted, raw
+from tests.cli_helpers import by_line, dispatch_async, interrupted, raw, records
 
 DATA = Path(__file__).parent / "data" / "spreadsheets"
 #: The fixture's numbers by line, and its names as Excel wrote them.
@@ -372,7 +371,7 @@ class TestExportArguments:
             "export", out, "-i", pix, "--outcome", "invalid", "--with-reason", "-o", fix, env=env
         )
         assert export.code == 0, export.stderr
-        lines = fix.read_bytes().decode("cp1252").split("\r\n")
+        lines = raw(fix).decode("cp1252").split("\r\n")
         assert lines[0] == "Nome;Telefone;Código Pix;Cidade;Observação;outcome;reason"
         assert lines[1] == (
             "João da Silva;+5511987650001;00020126580014BR.GOV.BCB.PIX0136joao;São Paulo;"

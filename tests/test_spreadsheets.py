@@ -8,10 +8,8 @@ whose counters show what reached the service, and how often.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
-import signal
 from collections import Counter
 from pathlib import Path
 
@@ -19,14 +17,14 @@ import pytest
 
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import (
-    COMMAND,
     by_line,
     dispatch_async,
     has_journal,
+    interrupted,
     killed_with_a_request_in_flight,
     outcomes,
+    raw,
     records,
-    wait_for_records,
     write_csv,
 )
 from tests.conftest import numbers
@@ -68,10 +66,6 @@ def tsv(tmp_path: Path) -> Path:
 def append(path: Path, data: bytes) -> None:
     with path.open("ab") as stream:
         stream.write(data)
-
-
-def raw(path: Path) -> bytes:
-    return path.read_bytes()
 
 
 def send_args(source: Path, out: Path, *more: str) -> tuple[str | Path, ...]:
@@ -335,25 +329,6 @@ def write_journal_header(out: Path, header: bytes) -> None:
     journal = Path(f"{out}.pending")
     rest = journal.read_bytes().split(b"\n", 1)[1] if journal.exists() else None
     journal.write_bytes(header if rest is None else header + b"\n" + rest)
-
-
-async def interrupted(
-    server: FakeDispatchServer, env: dict[str, str], *args: str | Path, after: int
-) -> None:
-    """Run *args*, Ctrl-C it once *after* records are written, wait for it to stop."""
-    out = Path(args[args.index("-o") + 1])
-    server.latency = 0.02
-    process = await asyncio.create_subprocess_exec(
-        *COMMAND, *map(str, args),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
-    )  # fmt: skip
-    await wait_for_records(out, after, process)
-    process.send_signal(signal.SIGINT)
-    async with asyncio.timeout(20):
-        await process.wait()
-    server.latency = 0
-    assert process.returncode == 1, "stopped before the end"
-    assert has_journal(out)
 
 
 class TestResumeWithoutFlags:
