@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -88,6 +89,9 @@ class TestTheFile:
         await asyncio.to_thread(path.write_bytes, b"not a database, not at all" * 100)
         with pytest.raises(da.ConfigurationError, match="not a usable SQLite database"):
             await DeliveryTracker(path).open()
+        gc.collect()
+        connections = [o for o in gc.get_objects() if isinstance(o, sqlite3.Connection)]
+        assert [c for c in connections if _is_open(c)] == [], "a connection was left open"
 
     async def test_a_failed_write_is_an_error_and_the_tracker_goes_on(
         self, tracker: DeliveryTracker
@@ -127,3 +131,11 @@ class TestLifecycle:
             pass
         with pytest.raises(da.SessionClosedError, match="closed"):
             await tracker.open()
+
+
+def _is_open(connection: sqlite3.Connection) -> bool:
+    try:
+        connection.total_changes  # noqa: B018 - raises once closed
+    except sqlite3.ProgrammingError:
+        return False
+    return True

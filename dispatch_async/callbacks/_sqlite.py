@@ -187,20 +187,32 @@ class SQLiteDeliveryStore:
         connection = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=30.0
         )
-        connection.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+        try:
+            connection.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+        except BaseException:
+            connection.close()  # a refused file leaves no connection behind
+            raise
         return connection
 
     def _connect_writer(self) -> sqlite3.Connection:
         try:
             connection = self._connect()
+        except sqlite3.DatabaseError as exc:
+            raise ConfigurationError(f"{self.path}: not a usable SQLite database ({exc})") from None
+        try:
             if connection.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
                 raise ConfigurationError(f"{self.path}: SQLite cannot use WAL on this file")
             connection.execute("PRAGMA synchronous = FULL")
             connection.execute(f"PRAGMA wal_autocheckpoint = {_CHECKPOINT_PAGES}")
             connection.execute(f"PRAGMA journal_size_limit = {_CHECKPOINT_PAGES * 4096 * 2}")
             connection.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise ConfigurationError(f"{self.path}: not a usable SQLite database ({exc})") from None
+        except BaseException as exc:
+            connection.close()  # a refused file leaves no connection behind
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise ConfigurationError(
+                    f"{self.path}: not a usable SQLite database ({exc})"
+                ) from None
+            raise
         return connection
 
     def _write(self, events: Sequence[DeliveryEvent], received_at: float) -> None:
