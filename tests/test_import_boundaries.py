@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import os
 import re
 import subprocess
@@ -43,16 +44,67 @@ def imported_by(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_every_module_imports_on_its_own(module: str) -> None:
-    done = subprocess.run(  # noqa: S603 - our own interpreter, a fixed statement
-        [sys.executable, "-c", f"import {module}"],
+# Importing any dispatch_async.X runs the package's __init__ first: a process that has
+# imported the package, forked, is where a fresh interpreter would be when it imports X.
+# One fork per module instead of one interpreter each: milliseconds, not a second.
+_IMPORT_EACH = """
+import importlib, json, os, sys, traceback
+import dispatch_async
+errors = {}
+for module in sys.argv[1:]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            importlib.import_module(module)
+        except BaseException:
+            os.write(write, traceback.format_exc().encode())
+            os._exit(1)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        told = pipe.read().decode()
+    status = os.waitpid(pid, 0)[1]
+    errors[module] = told or ("" if status == 0 else f"exit status {status}")
+print(json.dumps(errors))
+"""
+
+
+@pytest.fixture(scope="module")
+def import_errors() -> dict[str, str]:
+    """What importing each module first, in a process of its own, raised ("" for nothing)."""
+    done = subprocess.run(  # noqa: S603 - our own interpreter, a fixed script
+        [sys.executable, "-c", _IMPORT_EACH, *MODULES],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    errors: dict[str, str] = json.loads(done.stdout.splitlines()[-1])
+    assert sorted(errors) == MODULES
+    return errors
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_module_imports_on_its_own(module: str, import_errors: dict[str, str]) -> None:
+    assert import_errors[module] == ""
+
+
+def test_a_module_that_fails_to_import_is_told(tmp_path: Path) -> None:
+    """The check itself: a module raising at import is reported with its traceback."""
+    (tmp_path / "broken_on_import.py").write_text("raise RuntimeError('broken on import')\n")
+    done = subprocess.run(  # noqa: S603 - our own interpreter, a fixed script
+        [sys.executable, "-c", _IMPORT_EACH, "broken_on_import", "dispatch_async._retry"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
+        check=False,
+    )
+    errors = json.loads(done.stdout.splitlines()[-1])
+    assert "RuntimeError: broken on import" in errors["broken_on_import"]
+    assert errors["dispatch_async._retry"] == ""
 
 
 def test_nothing_outside_the_command_line_imports_it() -> None:
