@@ -22,12 +22,18 @@ import attrs
 import pytest
 
 import dispatch_async
+import dispatch_async.callbacks
 import dispatch_async.instrumentation
 import dispatch_async.testing
 
 from .markdown_examples import PROJECT_ROOT
 
-PUBLIC_MODULES = (dispatch_async, dispatch_async.instrumentation, dispatch_async.testing)
+PUBLIC_MODULES = (
+    dispatch_async,
+    dispatch_async.callbacks,
+    dispatch_async.instrumentation,
+    dispatch_async.testing,
+)
 #: Public classes that callers receive, never construct: no constructor is shown.
 NOT_CONSTRUCTED = {
     "dispatch_async.ValidMessages",

@@ -84,5 +84,8 @@ def test_callbacks_package_exports_its_names_from_private_modules() -> None:
     assert names == sorted(names, key=isort_order)
     assert {"DeliveryEvent", "DeliveryStatus", "parse_event"} <= set(names)
     for name in names:
+        if name.startswith("DEFAULT_"):  # a constant: the defaults the reference shows
+            assert isinstance(getattr(callbacks, name), int | float), name
+            continue
         module = getattr(callbacks, name).__module__
         assert module.startswith("dispatch_async.callbacks._"), name

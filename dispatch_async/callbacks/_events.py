@@ -48,19 +48,31 @@ class DeliveryEvent:
     """
 
     reference: str
+    """The message's id: ``id`` in ``validMessages``, the same in every event of it."""
     status: DeliveryStatus
+    """What the event means (from ``type``, ``channel`` and ``direction``)."""
     type: str | None = None
+    """As the service sent it: the RCS type sent (outbound), else the status or content."""
     direction: str | None = None
+    """``outbound`` or ``inbound``."""
     channel: str | None = None
+    """``RCS``, or ``SMS`` when the phone has no RCS and the fallback carried it."""
     user_id: str | None = None
+    """The recipient's phone number (personal data: never logged above DEBUG)."""
     campaign_name: str | None = None
+    """The request's ``campaign_name``."""
     event_id: str | None = None
+    """Changes on external events (a click, a reply); otherwise stable."""
     session_id: str | None = None
+    """The conversation's session; None for basic and single messages."""
     timestamp: str | None = None
+    """When it happened, ISO 8601, as the service wrote it (see ``occurred_at``)."""
     message: Mapping[str, Any] | None = None
+    """The event's ``message`` object, filled in some cases (a reply's content)."""
     extra: Mapping[str, Any] = attrs.field(factory=dict)
     """Fields the vendor does not document, as they came."""
     key: str = attrs.field(default="", repr=False)
+    """A digest of the event's content: a re-delivery of the event has the same key."""
     canonical: bytes = attrs.field(default=b"", repr=False, eq=False)
     """The event as JSON, keys sorted and null fields left out (what ``key`` digests;
     what a store keeps). Empty for an event made by hand."""

@@ -33,8 +33,11 @@ class MaybeSentResolution:
     """
 
     confirmed: Sequence[ValidMessage]
+    """Sent after all: each a `ValidMessage` whose ``id`` is the callbacks' ``reference``."""
     unconfirmed: Sequence[FailedRecipient]
+    """Still ``maybe_sent``: no callback confirmed them (which proves nothing)."""
     states: Mapping[str, MessageState]
+    """The `MessageState` of each confirmed message, under its id."""
 
     def apply(self, result: DispatchResult) -> DispatchResult:
         """*result* with the confirmed recipients moved from ``failed`` to ``valid``."""

@@ -39,13 +39,21 @@ class MessageState:
     """
 
     reference: str
+    """The message's id (``ValidMessage.id``)."""
     status: DeliveryStatus
+    """The highest status on the ladder of its events."""
     channel: str | None
+    """The channel of the event that set ``status`` (or the last one known)."""
     number: str | None
+    """The ``user_id`` as the service wrote it."""
     campaign_name: str | None
+    """The request's ``campaign_name``, as its events carry it."""
     first_event_at: dt.datetime
+    """The earliest event's own time (its receipt time when it had none)."""
     last_event_at: dt.datetime
+    """The latest event's own time (its receipt time when it had none)."""
     events: int
+    """How many distinct events are stored for it."""
 
 
 @runtime_checkable
