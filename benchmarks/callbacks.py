@@ -9,6 +9,7 @@ later (a message's events spread out in time, as the service sends them).
     python benchmarks/callbacks.py --messages 1000000            # the full run
     python benchmarks/callbacks.py --messages 20000 --quick      # a smoke run
     python benchmarks/callbacks.py --kill --seconds 10           # the SIGKILL check
+    python benchmarks/callbacks.py --direct --messages 100000    # no HTTP: parse + store
 
 Throughput: events acknowledged (200) per second, overall and per 10 s interval;
 memory: the receiver's RSS (``/proc/<pid>/status``) sampled every second. Kill: the
@@ -34,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from dispatch_async.callbacks import DeliveryTracker
+from dispatch_async.callbacks import CallbackReceiver, DeliveryTracker
 
 TOKEN = "benchmark-token-0123456789abcdef"
 _LISTENING = re.compile(rb"listening on http://([\d.]+):(\d+)(\S*)/<token>")
@@ -123,17 +124,34 @@ async def _answer(reader: asyncio.StreamReader) -> int:
     return status
 
 
-async def start_receiver(store: Path) -> tuple[asyncio.subprocess.Process, str, int, str]:
+#: ``--floor``: aiohttp reading each body and answering 200, nothing else (the HTTP cost).
+_FLOOR = """
+import asyncio
+from aiohttp import web
+async def handle(request):
+    await request.read()
+    return web.Response(body=b'{"status":"stored"}', content_type="application/json")
+async def main():
+    app = web.Application()
+    app.router.add_post("/callbacks/{token}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    print(f"listening on http://127.0.0.1:{port}/callbacks/<token>", flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+async def start_receiver(
+    store: Path, *, floor: bool = False
+) -> tuple[asyncio.subprocess.Process, str, int, str]:
+    command = ("-c", _FLOOR) if floor else ("-m", "dispatch_async._cli", "callbacks", "serve")
     process = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "dispatch_async._cli",
-        "callbacks",
-        "serve",
-        "--store",
-        str(store),
-        "--port",
-        "0",
+        *command,
+        *(() if floor else ("--store", str(store), "--port", "0")),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "DISPATCH_CALLBACK_TOKEN": TOKEN},
@@ -160,7 +178,7 @@ def rss_mib(pid: int) -> float:
 
 
 async def throughput(args: argparse.Namespace, store: Path) -> dict[str, Any]:
-    process, host, port, path = await start_receiver(store)
+    process, host, port, path = await start_receiver(store, floor=args.floor)
     load = Load(host, port, path, events(args.messages, args.window))
     samples: list[tuple[float, int, float]] = []  # (seconds, acknowledged, RSS MiB)
     started = time.perf_counter()
@@ -187,8 +205,10 @@ async def throughput(args: argparse.Namespace, store: Path) -> dict[str, Any]:
         for a, b in zip(samples[::10], samples[10::10], strict=False)
         if b[0] > a[0]
     ]
-    async with DeliveryTracker(store) as tracker:
-        counts = {str(k): v for k, v in (await tracker.counts("bench")).items()}
+    counts: dict[str, int] = {}
+    if not args.floor:
+        async with DeliveryTracker(store) as tracker:
+            counts = {str(k): v for k, v in (await tracker.counts("bench")).items()}
     latencies = sorted(load.latencies)
     rss = [s[2] for s in samples]
     tenth = max(1, len(rss) // 10)
@@ -212,6 +232,32 @@ async def throughput(args: argparse.Namespace, store: Path) -> dict[str, Any]:
         "rss_mib_max": round(max(rss), 1),
         "store_mib": round(sum(f.stat().st_size for f in store.parent.iterdir()) / 2**20),
         "counts_by_status": counts,
+    }
+
+
+async def direct(args: argparse.Namespace, store: Path) -> dict[str, Any]:
+    """The receiver's core without HTTP: bodies through `CallbackReceiver.accept`."""
+    async with DeliveryTracker(store) as tracker:
+        receiver = CallbackReceiver(tracker, token=TOKEN)
+        source = events(args.messages, args.window)
+        acknowledged = 0
+
+        async def connection() -> None:
+            nonlocal acknowledged
+            for _, _, body in source:
+                if (await receiver.accept(body)).status == 200:
+                    acknowledged += 1
+
+        started, cpu = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(connection() for _ in range(args.connections)))
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return {
+        "messages": args.messages,
+        "events": acknowledged,
+        "seconds": round(elapsed, 1),
+        "events_per_second": round(acknowledged / elapsed),
+        "cpu_us_per_event": round(cpu / acknowledged * 1e6),
+        "load_average_1m": os.getloadavg()[0],
     }
 
 
@@ -256,15 +302,24 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=1000, help="messages between steps")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--kill", action="store_true", help="the SIGKILL check instead")
+    parser.add_argument(
+        "--direct", action="store_true", help="the receiver's core in this process, no HTTP"
+    )
+    parser.add_argument(
+        "--floor", action="store_true", help="an aiohttp server that stores nothing instead"
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="load before the kill")
     parser.add_argument("--quick", action="store_true", help="smoke run; figures mean little")
     parser.add_argument("--dir", type=Path, help="where the store goes (default: a temp dir)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         store = Path(directory) / "deliveries.sqlite3"
-        run = kill if args.kill else throughput
+        phase = "kill" if args.kill else "direct" if args.direct else "throughput"
+        if args.floor and phase != "throughput":
+            raise SystemExit("--floor is a throughput run")
+        run = {"kill": kill, "direct": direct, "throughput": throughput}[phase]
         result = asyncio.run(run(args, store))
-    result["phase"] = "kill" if args.kill else "throughput"
+    result["phase"] = "floor" if args.floor else phase
     print(orjson.dumps(result).decode())
     for key, value in result.items():
         print(f"{key:>40}: {value}", file=sys.stderr)
