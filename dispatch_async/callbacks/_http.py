@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import logging
 import re
 import time
 from typing import Final
@@ -22,7 +21,6 @@ from ._receiver import Answer, CallbackReceiver
 
 __all__ = ["Site"]
 
-log = logging.getLogger("dispatch_async.callbacks")
 
 #: A request's line and headers, at most (a callback's are a few hundred bytes).
 MAX_HEAD_BYTES: Final = 16 * 1024
@@ -30,6 +28,9 @@ MAX_HEAD_BYTES: Final = 16 * 1024
 REQUEST_TIMEOUT: Final = 30.0
 #: Seconds an idle keep-alive connection stays open (aiohttp's default too).
 KEEPALIVE_TIMEOUT: Final = 75.0
+
+#: Bytes read at a time (into one buffer for all connections: reads happen one at a time).
+_READ_SIZE: Final = 64 * 1024
 
 _REASONS: Final = {
     100: b"Continue",
@@ -178,8 +179,12 @@ class _Date:
 _DATE: Final = _Date()
 
 
-class _Connection(asyncio.Protocol):
-    """One client's connection: its requests read and answered one after the other."""
+class _Connection(asyncio.BufferedProtocol):
+    """One client's connection: its requests read and answered one after the other.
+
+    Buffered: the loop reads into the site's one buffer, where a plain protocol makes
+    asyncio allocate 256 KiB for every read (about 20 µs here, for a 400-byte callback).
+    """
 
     def __init__(self, site: Site) -> None:
         self.site = site
@@ -202,10 +207,13 @@ class _Connection(asyncio.Protocol):
         self.site.connections.discard(self)
         self.transport = None
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.site.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         if not self.buffer and self.waiting is None:
             self.since = time.monotonic()
-        self.buffer += data
+        self.buffer += self.site.read_buffer[:nbytes]  # copied before the next read
         if self.waiting is None:
             self._next()
         elif len(self.buffer) > MAX_HEAD_BYTES + self.receiver.max_body_bytes:
@@ -311,6 +319,7 @@ class Site:
         self.receiver = receiver
         self.prefix = prefix.rstrip("/")
         self.connections: set[_Connection] = set()
+        self.read_buffer = memoryview(bytearray(_READ_SIZE))
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
