@@ -149,7 +149,12 @@ class TestBodies:
         request = post(body, headers="Expect: 100-continue\r\n")
         writer.write(request[: -len(body)])
         assert (await answer(reader))[0] == 100
-        writer.write(body)
+        for start in range(0, len(body), 10):  # the body in pieces: one 100 all the same
+            writer.write(body[start : start + 10])
+            for _ in range(3):  # yield to the loop: the server reads each piece on its own
+                await asyncio.sleep(0)
+        assert (await answer(reader))[0] == 200
+        writer.write(post(event("m-2")))
         assert (await answer(reader))[0] == 200
 
 

@@ -261,27 +261,22 @@ class _Connection(asyncio.BufferedProtocol):
         refused = self.receiver.refuse(head.method, path, self.remote, head.length)
         if refused is not None:
             raise _Bad(refused)
-        limit = self.receiver.max_body_bytes
+        if head.expect and len(buffer) == head.size and self.transport is not None:
+            # The head has come, none of the body: the client waits for this (once,
+            # since any later read brings body bytes).
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if head.chunked:
-            if head.expect and len(buffer) == head.size:
-                self._continue(head)
-            found = _chunks(buffer, head.size, limit)
+            found = _chunks(buffer, head.size, self.receiver.max_body_bytes)
             if found is None:
                 return None
             body, consumed = found
         else:
-            length = head.length or 0
-            if len(buffer) < head.size + length:
-                self._continue(head)
+            consumed = head.size + (head.length or 0)
+            if len(buffer) < consumed:
                 return None
-            body, consumed = bytes(buffer[head.size : head.size + length]), head.size + length
+            body = bytes(buffer[head.size : consumed])
         del buffer[:consumed]
         return head, body
-
-    def _continue(self, head: _Head) -> None:
-        if head.expect and self.transport is not None:
-            head.expect = False
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _stored(self, done: asyncio.Future[None]) -> None:
         self.waiting = None
