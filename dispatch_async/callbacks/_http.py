@@ -29,6 +29,9 @@ REQUEST_TIMEOUT: Final = 30.0
 #: Seconds an idle keep-alive connection stays open (aiohttp's default too).
 KEEPALIVE_TIMEOUT: Final = 75.0
 
+#: Heads kept parsed, at most, and the largest kept (at most 1 MiB in all).
+_CACHED_HEADS: Final = 1024
+_CACHED_HEAD_BYTES: Final = 1024
 #: Bytes read at a time (into one buffer for all connections: reads happen one at a time).
 _READ_SIZE: Final = 64 * 1024
 
@@ -67,7 +70,7 @@ _FIELDS: Final = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")
 
 
 class _Head:
-    """What a request's head says: everything but its body."""
+    """What a request's head says: everything but its body. Never changed once made."""
 
     __slots__ = ("chunked", "close", "expect", "length", "method", "path", "size")
 
@@ -256,7 +259,12 @@ class _Connection(asyncio.BufferedProtocol):
             if len(buffer) > MAX_HEAD_BYTES:
                 raise _bad(431, "the request head is too large")
             return None
-        head = _Head(bytes(buffer[:end]))
+        data = bytes(buffer[:end])
+        head = self.site.heads.get(data)
+        if head is None:
+            head = _Head(data)
+            if len(data) <= _CACHED_HEAD_BYTES and len(self.site.heads) < _CACHED_HEADS:
+                self.site.heads[data] = head
         path = head.path if head.path.rstrip("/").rpartition("/")[0] == self.site.prefix else ""
         refused = self.receiver.refuse(head.method, path, self.remote, head.length)
         if refused is not None:
@@ -315,6 +323,9 @@ class Site:
         self.prefix = prefix.rstrip("/")
         self.connections: set[_Connection] = set()
         self.read_buffer = memoryview(bytearray(_READ_SIZE))
+        #: Heads read before: a client sends the same one again and again (its
+        #: Content-Length aside), and reading it costs more than the rest of the HTTP.
+        self.heads: dict[bytes, _Head] = {}
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
