@@ -1,4 +1,4 @@
-"""``CallbackServer``: the receiver on its own aiohttp server, with the tracker it owns.
+"""``CallbackServer``: the receiver on its own HTTP server (``_http``), with the tracker it owns.
 
 What ``dispatch-async callbacks serve`` runs, and what a test or a demo needs in one
 line: a started receiver on 127.0.0.1 whose ``url`` a send's ``callback`` can take.
