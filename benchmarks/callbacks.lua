@@ -6,7 +6,7 @@
 local MESSAGES = tonumber(os.getenv("CB_MESSAGES") or "100000")
 local WINDOW = tonumber(os.getenv("CB_WINDOW") or "1000")
 local THREADS = tonumber(os.getenv("CB_THREADS") or "1")
-local PROGRESS = 10000
+local PROGRESS = 1000
 local STEPS = { {"outbound", "basic"}, {"inbound", "DELIVERED"}, {"inbound", "READ"} }
 local threads = {}
 local counter = 0
