@@ -1,6 +1,6 @@
 """The callback receiver, mounted both ways users mount it: as an aiohttp.web handler on a
-real server on 127.0.0.1, and as an ASGI app (alone and inside FastAPI). Every behaviour
-is checked through both."""
+real server on 127.0.0.1, and as an ASGI app (alone and inside FastAPI); and on the HTTP
+server of its own that `CallbackServer` runs. Every behaviour is checked through each."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from dispatch_async.callbacks import (
     aiohttp_handler,
     asgi_app,
 )
+from dispatch_async.callbacks._http import Site
 
 TOKEN = "k3Y-0f-th1s-rece1ver-0nly"
 NUMBER = "5511987654321"
@@ -82,7 +83,25 @@ async def _serve_aiohttp(receiver: CallbackReceiver) -> AsyncIterator[Post]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = runner.addresses[0][1]
+    try:
+        async for poster in _client(runner.addresses[0][1]):
+            yield poster
+    finally:
+        await runner.cleanup()
+
+
+async def _serve_own(receiver: CallbackReceiver) -> AsyncIterator[Post]:
+    """The HTTP server of `CallbackServer` (and ``callbacks serve``)."""
+    site = Site(receiver, "/callbacks")
+    port = await site.start("127.0.0.1", 0)
+    try:
+        async for poster in _client(port):
+            yield poster
+    finally:
+        await site.aclose()
+
+
+async def _client(port: int) -> AsyncIterator[Post]:
     async with aiohttp.ClientSession() as client:
 
         async def post(
@@ -97,10 +116,7 @@ async def _serve_aiohttp(receiver: CallbackReceiver) -> AsyncIterator[Post]:
                 raw = await response.read()
                 return response.status, orjson.loads(raw) if raw.startswith(b"{") else {}
 
-        try:
-            yield post
-        finally:
-            await runner.cleanup()
+        yield post
 
 
 async def _serve_asgi(app: Callable[..., Awaitable[None]], prefix: str) -> AsyncIterator[Post]:
@@ -121,10 +137,13 @@ async def _serve_asgi(app: Callable[..., Awaitable[None]], prefix: str) -> Async
         yield post
 
 
-@pytest.fixture(params=["aiohttp", "asgi", "fastapi"])
+@pytest.fixture(params=["aiohttp", "own-server", "asgi", "fastapi"])
 async def post(request: pytest.FixtureRequest, receiver: CallbackReceiver) -> AsyncIterator[Post]:
     if request.param == "aiohttp":
         async for poster in _serve_aiohttp(receiver):
+            yield poster
+    elif request.param == "own-server":
+        async for poster in _serve_own(receiver):
             yield poster
     elif request.param == "asgi":
         async for poster in _serve_asgi(asgi_app(receiver), ""):

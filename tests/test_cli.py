@@ -1099,6 +1099,30 @@ class TestDemo:
         found = outcomes(out)
         assert found["sent"] + found["invalid"] == recipients
         assert found["invalid"] < max(recipients // 10, 1)
+        self.assert_delivery_tracked(run.stderr, sent=found["sent"])
+
+    @staticmethod
+    def assert_delivery_tracked(stderr: str, *, sent: int) -> None:
+        """The demo's delivery line agrees with what the simulator posted: each tracked
+        message got its echo and one outcome (DELIVERED, by RCS or SMS, or a failure), and
+        the read ones a READ; the receiver's counts are of what it stored."""
+        line = re.search(
+            r"delivery callbacks \(([\d,]+) messages?, the first sent\): ([\d,]+) delivered "
+            r"\(([\d,]+) by SMS fallback\), ([\d,]+) read, ([\d,]+) not delivered; "
+            r"([\d,]+) events? posted by the simulator",
+            stderr,
+        )
+        assert line is not None, stderr
+        tracked, delivered, sms, read, failed, posted = (
+            int(group.replace(",", "")) for group in line.groups()
+        )
+        assert tracked == min(sent, 2000)
+        assert delivered + failed == tracked
+        assert posted == 2 * tracked + read
+        if tracked >= 500:  # 15% by SMS, half the rest read, 3% failed: all seen
+            assert 0 < sms < delivered
+            assert 0 < read < delivered - sms
+            assert failed > 0
 
     async def test_the_seed_decides_the_sample_data(self, tmp_path: Path) -> None:
         bare = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}

@@ -145,6 +145,20 @@ class TestShape:
             await server.callbacks.settled()
         assert {b["reference"] for b in recorder.bodies} == set(result.valid.ids)
 
+    async def test_only_the_first_messages_get_callbacks_when_limited(
+        self, recorder: Recorder
+    ) -> None:
+        async with simulator(read=0.0, messages=3) as server, session_for(server) as session:
+            first = await session.send_basic(numbers(2), text="oi", callback=recorder.url)
+            second = await session.send_basic(numbers(3, 100), text="oi", callback=recorder.url)
+            third = await session.send_basic(numbers(1, 200), text="oi", callback=recorder.url)
+            assert server.callbacks is not None
+            await server.callbacks.settled()
+        assert len(third.valid) == 1
+        expected = {*first.valid.ids, second.valid.ids[0]}
+        assert {b["reference"] for b in recorder.bodies} == expected
+        assert len(recorder.bodies) == 2 * 3  # the echo and DELIVERED of each
+
     async def test_invalid_numbers_get_no_callbacks(self, recorder: Recorder) -> None:
         async with simulator() as server, session_for(server) as session:
             result = await session.send_basic(

@@ -1,9 +1,10 @@
 """``dispatch-async callbacks``: receive the service's delivery callbacks; reconcile a job.
 
-``callbacks serve`` runs an aiohttp server with the SDK's `CallbackReceiver` until
-Ctrl-C or SIGTERM (then it commits what it acknowledged and stops). The token that
-authenticates the service is read from ``DISPATCH_CALLBACK_TOKEN`` or a token file, made
-on first use (mode 0600) beside the store: never a flag, which ``ps`` would show.
+``callbacks serve`` runs a `CallbackServer` (the SDK's `CallbackReceiver` on an HTTP
+server of the SDK's own) until Ctrl-C or SIGTERM (then it commits what it acknowledged
+and stops). The token that authenticates the service is read from
+``DISPATCH_CALLBACK_TOKEN`` or a token file, made on first use (mode 0600) beside the
+store: never a flag, which ``ps`` would show.
 """
 
 from __future__ import annotations

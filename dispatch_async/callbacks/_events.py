@@ -118,21 +118,24 @@ def event_from(data: dict[str, Any]) -> DeliveryEvent:
     reference = _text(data.get("reference"))
     if not reference:
         raise DeliveryEventError("the callback has no reference (the message's id)")
-    fields: dict[str, str | None] = {}
+    raw = [data.get(name) for name in _TEXT_FIELDS]
     extra: dict[str, Any] = {}
-    for name in _TEXT_FIELDS:
-        raw = data.get(name)
-        value = _text(raw)
-        fields[name] = value
-        if value is None and raw is not None:
-            extra[name] = raw
+    if all(value is None or type(value) is str for value in raw):
+        values: list[str | None] = raw  # the usual body: every field a string or null
+    else:
+        values = [_text(value) for value in raw]
+        extra.update(
+            (name, value)
+            for name, value, text in zip(_TEXT_FIELDS, raw, values, strict=True)
+            if text is None and value is not None
+        )
+    campaign_name, event_id, direction, session_id, user_id, timestamp, channel, type_ = values
     message = data.get("message")
     if message is not None and type(message) is not dict:
         extra["message"] = message
         message = None
     if len(data) > len(_KNOWN) or not _KNOWN.issuperset(data):
         extra.update((k, v) for k, v in data.items() if k not in _KNOWN)
-    type_, channel, direction = fields["type"], fields["channel"], fields["direction"]
     canonical = _canonical(data)
     return DeliveryEvent(
         reference=reference,
@@ -140,11 +143,11 @@ def event_from(data: dict[str, Any]) -> DeliveryEvent:
         type=type_,
         direction=direction,
         channel=channel,
-        user_id=fields["user_id"],
-        campaign_name=fields["campaign_name"],
-        event_id=fields["event_id"],
-        session_id=fields["session_id"],
-        timestamp=fields["timestamp"],
+        user_id=user_id,
+        campaign_name=campaign_name,
+        event_id=event_id,
+        session_id=session_id,
+        timestamp=timestamp,
         message=message,
         extra=extra or _EMPTY,
         key=hashlib.blake2b(canonical, digest_size=16).hexdigest(),
@@ -159,6 +162,8 @@ def number_key(number: str | None) -> str:
     """
     if not number:
         return ""
+    if number.isascii() and number.isdigit():  # as the service writes it: digits only
+        return number
     return "".join(c for c in number if "0" <= c <= "9")
 
 
@@ -186,5 +191,6 @@ def _text(value: object) -> str | None:
 def _canonical(data: Mapping[str, Any]) -> bytes:
     # The same event re-delivered may come with its fields in another order or spacing,
     # or a null field left out: its canonical form is the same.
-    present = {k: v for k, v in data.items() if v is not None}
-    return orjson.dumps(present, option=orjson.OPT_SORT_KEYS)
+    if None in data.values():
+        data = {k: v for k, v in data.items() if v is not None}
+    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)

@@ -9,6 +9,8 @@ framework adapters (``_asgi``, ``_aiohttp``) only move bytes in and out.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import ipaddress
 import logging
@@ -129,20 +131,45 @@ class CallbackReceiver:
 
     async def accept(self, body: bytes, remote: str | None = None) -> Answer:
         """Parse and store one body: 200 once durable, 400 unreadable, 503 not stored."""
+        taken = self._take(body, remote)
+        if isinstance(taken, Answer):
+            return taken
+        with contextlib.suppress(DeliveryStoreError):
+            await taken
+        return self._settled(taken)
+
+    def _take(self, body: bytes, remote: str | None) -> Answer | asyncio.Future[None]:
+        # The answer now (400, 503), or the tracker's future: `_settled` answers from it.
         try:
             event = parse_event(body)
         except DeliveryEventError as exc:
             log.warning("refused a callback from %s: %s (400)", remote, exc.message)
             return Answer(exc.status, _error(exc.message))
         try:
-            await self.tracker.record(event)
-        except (DeliveryStoreError, SessionClosedError) as exc:
-            log.error("could not store a callback (503): %s", exc.message)
-            return _UNAVAILABLE
+            done = self.tracker._submit(event)
+        except SessionClosedError as exc:
+            return _unavailable(exc)
         if log.isEnabledFor(logging.DEBUG):
             # Phone numbers are personal data: only ever at DEBUG.
-            log.debug("stored callback %s %s for %s", event.reference, event.status, event.user_id)
-        return _STORED
+            log.debug("callback %s %s for %s", event.reference, event.status, event.user_id)
+        return done
+
+    @staticmethod
+    def _settled(done: asyncio.Future[None]) -> Answer:
+        # The answer to a stored (or not) callback, once its future is done.
+        if done.cancelled():
+            return _UNAVAILABLE
+        exc = done.exception()
+        if exc is None:
+            return _STORED
+        if isinstance(exc, DeliveryStoreError | SessionClosedError):
+            return _unavailable(exc)
+        raise exc
+
+
+def _unavailable(exc: DeliveryStoreError | SessionClosedError) -> Answer:
+    log.error("could not store a callback (503): %s", exc.message)
+    return _UNAVAILABLE
 
 
 def _error(message: str) -> bytes:

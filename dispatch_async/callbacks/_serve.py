@@ -1,4 +1,4 @@
-"""``CallbackServer``: the receiver on its own aiohttp server, with the tracker it owns.
+"""``CallbackServer``: the receiver on its own HTTP server (``_http``), with the tracker it owns.
 
 What ``dispatch-async callbacks serve`` runs, and what a test or a demo needs in one
 line: a started receiver on 127.0.0.1 whose ``url`` a send's ``callback`` can take.
@@ -13,9 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from aiohttp import web
-
-from ._aiohttp import aiohttp_handler
+from ._http import Site
 from ._receiver import DEFAULT_MAX_BODY_BYTES, CallbackReceiver
 from ._tracker import DeliveryTracker
 
@@ -69,7 +67,7 @@ class CallbackServer:
         self.host = host
         self.port = port
         self.path = "/" + path.strip("/")
-        self._runner: web.AppRunner | None = None
+        self._site: Site | None = None
 
     def __repr__(self) -> str:
         return f"<CallbackServer {self.host}:{self.port}{self.path} {self.tracker!r}>"
@@ -88,24 +86,18 @@ class CallbackServer:
     async def start(self) -> None:
         """Open the tracker, then listen."""
         await self.tracker.open()
-        app = web.Application()
-        route = f"{self.path.rstrip('/')}/{{token}}"
-        app.router.add_route("*", route, aiohttp_handler(self.receiver))
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        self._runner = runner
+        self._site = Site(self.receiver, self.path)
         try:
-            await runner.setup()
-            await web.TCPSite(runner, self.host, self.port, backlog=1024).start()
+            self.port = await self._site.start(self.host, self.port)
         except BaseException:
             await self.aclose()
             raise
-        self.port = runner.addresses[0][1]
 
     async def aclose(self) -> None:
         """Stop answering, then commit what was acknowledged and close the tracker."""
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        site, self._site = self._site, None
+        if site is not None:
+            await site.aclose()
         await self.tracker.aclose()
         if self._temporary is not None:
             _remove_database(self._temporary)

@@ -1,7 +1,8 @@
 """``SQLiteDeliveryStore``: delivery state in one SQLite file (stdlib ``sqlite3``, WAL).
 
-Two tables: ``events`` (one row per distinct event, ``key`` unique: a re-delivery is
-ignored; ``seq`` orders the change stream) and ``messages`` (one row per reference,
+Two tables: ``events`` (one row per distinct event, unique by reference and ``key``, one
+index for both uniqueness and a message's events: a re-delivery is ignored; ``seq`` orders
+the change stream) and ``messages`` (one row per reference,
 folded from its events by an upsert that only ever raises the status's rank). A batch
 is one transaction, committed with ``synchronous=FULL``: once ``write`` returns, the
 events survive a crash of the process and of the machine.
@@ -32,12 +33,12 @@ _T = TypeVar("_T")
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY,
-    key TEXT NOT NULL UNIQUE,
     reference TEXT NOT NULL,
+    key TEXT NOT NULL,
     received REAL NOT NULL,
     body BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS events_by_reference ON events (reference);
+CREATE UNIQUE INDEX IF NOT EXISTS events_by_reference ON events (reference, key);
 CREATE TABLE IF NOT EXISTS messages (
     reference TEXT PRIMARY KEY,
     digits TEXT,
@@ -219,20 +220,27 @@ class SQLiteDeliveryStore:
         connection = self._writer
         if connection is None:
             raise SessionClosedError("the delivery store is closed")
-        rows = [event_row(event, received_at) for event in events]
+        inserts, folds = [], []
+        for event in events:  # one pass: this thread holds the GIL while it runs
+            r = event_row(event, received_at)
+            inserts.append((r.key, r.reference, r.received, r.body))
+            folds.append(
+                (
+                    r.reference,
+                    r.digits or None,
+                    r.number,
+                    r.campaign,
+                    r.status,
+                    r.rank,
+                    r.channel,
+                    r.at,
+                    r.at,
+                )
+            )
         connection.execute("BEGIN IMMEDIATE")
         try:
-            connection.executemany(
-                _INSERT_EVENT, [(r.key, r.reference, r.received, r.body) for r in rows]
-            )
-            folds = [
-                (r.reference, r.digits or None, r.number, r.campaign, r.status, r.rank)
-                for r in rows
-            ]
-            connection.executemany(
-                _FOLD_MESSAGE,
-                [(*fold, r.channel, r.at, r.at) for fold, r in zip(folds, rows, strict=True)],
-            )
+            connection.executemany(_INSERT_EVENT, inserts)
+            connection.executemany(_FOLD_MESSAGE, folds)
             connection.execute("COMMIT")
         except BaseException:
             connection.execute("ROLLBACK")

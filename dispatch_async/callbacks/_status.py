@@ -10,6 +10,7 @@ content types). Anything else is ``UNKNOWN``, never refused: the event keeps its
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Final
 
 __all__ = ["DeliveryStatus", "status_of"]
@@ -89,6 +90,7 @@ _INBOUND_TYPES: Final = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=1024)  # a handful of distinct values, one call per callback
 def status_of(type_: str | None, channel: str | None, direction: str | None) -> DeliveryStatus:
     """The status one event reports, from its raw ``type``, ``channel`` and ``direction``.
 

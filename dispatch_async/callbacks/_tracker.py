@@ -130,12 +130,17 @@ class DeliveryTracker:
             DeliveryStoreError: the store failed; the event may not be stored.
             SessionClosedError: the tracker is not open.
         """
+        await self._submit(event)
+
+    def _submit(self, event: DeliveryEvent) -> asyncio.Future[None]:
+        # record() without the coroutine: the receiver's own server answers from the
+        # future's callback, one task fewer per callback.
         if self._state is not _State.OPEN:
             raise SessionClosedError("the DeliveryTracker is not open")
         done = asyncio.get_running_loop().create_future()
         self._pending.append((event, done))
         self._wake.set()
-        await done
+        return done
 
     async def message(self, reference: str) -> MessageState | None:
         """The state of the message whose id (``reference``) this is, or None."""

@@ -79,6 +79,9 @@ class CallbackPlan:
     """Seconds between those posts."""
     concurrency: int = 8
     """Events being posted at once."""
+    messages: int | None = None
+    """Messages that get callbacks at most, the first ones acted on (None: every one):
+    a large job's delivery tracking shown on a sample, as ``dispatch-async demo`` does."""
     seed: int | None = None
     """Seeds every draw (None: a fresh seed)."""
 
@@ -120,6 +123,7 @@ class CallbackSender:
         self._random = random.Random(plan.seed)  # noqa: S311 - a simulation, not a secret
         self._jobs: deque[tuple[str, Mapping[str, Any], Iterator[dict[str, Any]]]] = deque()
         self._recent: dict[tuple[str, str], float] = {}
+        self._tracked = 0  # messages given callbacks so far
         self._busy = 0
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -159,9 +163,12 @@ class CallbackSender:
         if urllib.parse.urlsplit(url).hostname not in _LOOPBACK:
             self.stats.refused_urls += 1
             return
-        valid = answer.get("validMessages") or []
+        valid = [m for m in answer.get("validMessages") or () if "id" in m]
+        if self.plan.messages is not None:
+            valid = valid[: max(self.plan.messages - self._tracked, 0)]
         if not valid:
             return
+        self._tracked += len(valid)
         self._jobs.append((url, body, self._messages(endpoint, body, valid)))
         self._idle.clear()
         self._wake.set()
@@ -177,8 +184,7 @@ class CallbackSender:
             isinstance(f, dict) and f.get("channel") == "sms" for f in body.get("fallback") or ()
         )
         for message in valid:
-            if "id" in message:
-                yield {"events": self._events(endpoint, body, message, content, has_sms)}
+            yield {"events": self._events(endpoint, body, message, content, has_sms)}
 
     def _events(
         self,

@@ -1,0 +1,261 @@
+"""The HTTP that `CallbackServer` speaks itself: keep-alive, pipelining, chunked bodies,
+and requests it will not read, spoken to it over a raw socket on 127.0.0.1.
+
+What a callback endpoint does with an event (tokens, limits, 2xx once durable) is checked
+in test_callback_receiver.py, on this server as on the mounted ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import orjson
+import pytest
+
+from dispatch_async.callbacks import CallbackServer, DeliveryEvent, DeliveryTracker, _http
+
+TOKEN = "k3Y-0f-th1s-rece1ver-0nly"
+PATH = f"/callbacks/{TOKEN}"
+
+
+def event(reference: str) -> bytes:
+    return orjson.dumps({"reference": reference, "type": "DELIVERED", "channel": "RCS"})
+
+
+def post(body: bytes, *, path: str = PATH, headers: str = "", version: str = "1.1") -> bytes:
+    head = f"POST {path} HTTP/{version}\r\nHost: x\r\nContent-Length: {len(body)}\r\n{headers}"
+    return head.encode() + b"\r\n" + body
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[CallbackServer]:
+    async with CallbackServer(DeliveryTracker(tmp_path / "d.sqlite3"), token=TOKEN) as started:
+        yield started
+
+
+@pytest.fixture
+async def connection(
+    server: CallbackServer,
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    yield reader, writer
+    writer.close()
+    await writer.wait_closed()
+
+
+async def answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One response: status, headers (lowercase names), body."""
+    async with asyncio.timeout(5):
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.lower()] = value.strip()
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return int(lines[0].split()[1]), headers, body
+
+
+async def closed(reader: asyncio.StreamReader) -> bool:
+    async with asyncio.timeout(5):
+        return await reader.read() == b""
+
+
+class TestKeepAlive:
+    async def test_answers_requests_on_one_connection_one_after_the_other(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        for reference in ("m-1", "m-2", "m-3"):
+            writer.write(post(event(reference)))
+            status, headers, body = await answer(reader)
+            assert (status, body) == (200, b'{"status":"stored"}')
+            assert "date" in headers
+            assert "connection" not in headers
+        for reference in ("m-1", "m-2", "m-3"):
+            assert await server.tracker.message(reference) is not None
+
+    async def test_pipelined_requests_are_answered_in_order(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        writer.write(post(event("m-1")) + post(b"not json") + post(event("m-2")))
+        assert [(await answer(reader))[0] for _ in range(3)] == [200, 400, 200]
+        assert await server.tracker.message("m-2") is not None
+
+    async def test_http_1_0_is_answered_then_closed(
+        self, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        writer.write(post(event("m-1"), version="1.0"))
+        status, headers, _ = await answer(reader)
+        assert (status, headers["connection"]) == (200, "close")
+        assert await closed(reader)
+
+    async def test_connection_close_is_honoured(
+        self, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        writer.write(post(event("m-1"), headers="Connection: close\r\n"))
+        assert (await answer(reader))[0] == 200
+        assert await closed(reader)
+
+    async def test_an_idle_connection_is_closed_after_the_keep_alive_timeout(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    ) -> None:
+        monkeypatch.setattr(_http, "KEEPALIVE_TIMEOUT", 0.0)
+        reader, _ = connection
+        assert await closed(reader)
+
+
+class TestBodies:
+    async def test_a_chunked_body_is_read_and_stored(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        body = event("m-chunked")
+        chunks = b"".join(
+            b"%x;ext=1\r\n%s\r\n" % (len(body[i : i + 7]), body[i : i + 7])
+            for i in range(0, len(body), 7)
+        )
+        head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        writer.write(head.encode() + chunks + b"0\r\nTrailer: x\r\n\r\n")
+        assert (await answer(reader))[0] == 200
+        assert await server.tracker.message("m-chunked") is not None
+        writer.write(post(event("m-after")))  # the connection is still in step
+        assert (await answer(reader))[0] == 200
+
+    async def test_a_body_arriving_in_pieces_is_waited_for(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        request = post(event("m-slow"))
+        for start in range(0, len(request), 10):
+            writer.write(request[start : start + 10])
+            await writer.drain()
+        assert (await answer(reader))[0] == 200
+        assert await server.tracker.message("m-slow") is not None
+
+    async def test_expect_100_continue_gets_100_before_the_body_is_sent(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        body = event("m-1")
+        request = post(body, headers="Expect: 100-continue\r\n")
+        writer.write(request[: -len(body)])
+        assert (await answer(reader))[0] == 100
+        for start in range(0, len(body), 10):  # the body in pieces: one 100 all the same
+            writer.write(body[start : start + 10])
+            for _ in range(3):  # yield to the loop: the server reads each piece on its own
+                await asyncio.sleep(0)
+        assert (await answer(reader))[0] == 200
+        writer.write(post(event("m-2")))
+        assert (await answer(reader))[0] == 200
+
+
+class TestRefusals:
+    @pytest.mark.parametrize(
+        ("headers", "status"),
+        [
+            ("Content-Length : 5\r\n", 400),  # a space before the colon: smuggling
+            ("X-A: b\r\n folded\r\n", 400),  # obsolete line folding
+            ("Transfer-Encoding: chunked\r\n", 400),  # and a Content-Length
+            ("Content-Length: 3\r\n", 400),  # a second, different Content-Length
+            ("Expect: something\r\n", 417),
+        ],
+    )
+    async def test_a_head_it_will_not_read_gets_an_error_and_the_connection_closed(
+        self,
+        server: CallbackServer,
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        headers: str,
+        status: int,
+    ) -> None:
+        reader, writer = connection
+        writer.write(post(event("m-1"), headers=headers) + post(event("m-2")))
+        answered, answer_headers, _ = await answer(reader)
+        assert (answered, answer_headers["connection"]) == (status, "close")
+        assert await closed(reader)
+        assert await server.tracker.message("m-1") is None
+        assert await server.tracker.message("m-2") is None
+
+    async def test_another_transfer_coding_gets_501(
+        self, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        writer.write(f"POST {PATH} HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n".encode())
+        assert (await answer(reader))[0] == 501
+
+    @pytest.mark.parametrize(
+        "line", ["GARBAGE\r\n\r\n", f"POST {PATH} HTTP/2.0\r\n\r\n", f"POST {PATH}\r\n\r\n"]
+    )
+    async def test_a_request_line_it_cannot_read_gets_4xx_or_505(
+        self, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter], line: str
+    ) -> None:
+        reader, writer = connection
+        writer.write(line.encode())
+        assert (await answer(reader))[0] in (400, 505)
+        assert await closed(reader)
+
+    async def test_a_head_over_the_limit_gets_431(
+        self, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        writer.write(post(event("m-1"), headers=f"X-Big: {'x' * _http.MAX_HEAD_BYTES}\r\n"))
+        assert (await answer(reader))[0] == 431
+
+    @pytest.mark.parametrize("path", ["/elsewhere/" + TOKEN, "/" + TOKEN, "/callbacks/x/" + TOKEN])
+    async def test_the_token_outside_the_server_path_gets_404(
+        self,
+        server: CallbackServer,
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        path: str,
+    ) -> None:
+        reader, writer = connection
+        writer.write(post(event("m-1"), path=path))
+        assert (await answer(reader))[0] == 404
+        assert await server.tracker.message("m-1") is None
+
+    async def test_a_query_string_and_an_absolute_target_are_read(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        writer.write(post(event("m-1"), path=f"{PATH}?attempt=2"))
+        assert (await answer(reader))[0] == 200
+        writer.write(post(event("m-2"), path=f"http://127.0.0.1:{server.port}{PATH}"))
+        assert (await answer(reader))[0] == 200
+
+
+class TestClosing:
+    async def test_a_request_being_stored_when_the_server_closes_is_answered(
+        self, tmp_path: Path
+    ) -> None:
+        server = CallbackServer(DeliveryTracker(tmp_path / "d.sqlite3"), token=TOKEN)
+        await server.start()
+        store = server.tracker.store
+        original = store.write
+        writing = asyncio.Event()
+
+        async def slow(events: Sequence[DeliveryEvent], at: float) -> None:
+            writing.set()
+            await asyncio.sleep(0)
+            await original(events, at)
+
+        store.write = slow  # type: ignore[method-assign]
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(post(event("m-1")))
+        async with asyncio.timeout(5):
+            await writing.wait()
+        closing = asyncio.create_task(server.aclose())
+        status, headers, _ = await answer(reader)
+        assert (status, headers["connection"]) == (200, "close")
+        await closing
+        writer.close()
+        await writer.wait_closed()
+        async with DeliveryTracker(tmp_path / "d.sqlite3") as tracker:
+            assert await tracker.message("m-1") is not None
