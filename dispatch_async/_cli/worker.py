@@ -142,11 +142,11 @@ class Worker:
         """Send chunk *index* of *job* once, and record what happened to each row."""
         redis = self.redis
         keys = JobKeys(self.config.key_prefix, job)
-        state = await claim(redis, keys, index, self.owner)
+        claimed = await claim(redis, keys, index, self.owner)
+        state, raw = claimed.state, claimed.rows
         if state == DONE:
             await release(redis, keys, index, entry)
             return "already done"
-        raw = await redis.get(keys.rows(index))
         if state == IN_FLIGHT:
             # A redelivery: the worker that claimed it died, maybe mid-request.
             if raw is None:
@@ -166,13 +166,14 @@ class Worker:
             if marked:
                 log.warning("chunk %s of job %s was interrupted: recorded maybe_sent", index, job)
             return "interrupted" if marked else "already done"
-        if state != PENDING or raw is None:
+        if state != PENDING or raw is None or claimed.target is None:
             log.error("chunk %s of job %s is unknown (expired?): skipped", index, job)
             await release(redis, keys, index, entry)
             return "unknown"
         rows = load_rows(raw)
+        target = Target(**orjson.loads(claimed.target))
         try:
-            records, sent = await self._send(keys, rows)
+            records, sent = await self._send(target, claimed.account, rows)
         except BaseException:
             # Cancelled (SIGTERM, the job timeout) or a bug: a request may be out.
             await asyncio.shield(finish(redis, keys, index, interrupted_records(rows), entry))
@@ -180,13 +181,12 @@ class Worker:
         await finish(redis, keys, index, malformed_records(rows) + records, entry)
         return f"sent {sent} of {len(rows)}"
 
-    async def _send(self, keys: JobKeys, rows: list[Row]) -> tuple[list[bytes], int]:
+    async def _send(
+        self, target: Target, account: str | None, rows: list[Row]
+    ) -> tuple[list[bytes], int]:
         """Send the chunk's sendable rows; their records, and how many were sent."""
         session = self._session
         assert session is not None
-        meta = await self.redis.hmget(keys.meta, ["target", "account"])
-        target = Target(**orjson.loads(meta[0]))
-        account = meta[1].decode() or None if meta[1] else None
         sendable = [r for r in rows if r.message is not None]
         records: list[bytes] = []
         covered = bytearray(len(sendable))
