@@ -281,6 +281,7 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         time.sleep(0.1)
     ended = time.time()
     producer.wait()
+    others = {"simulator": _cpu(simulator.pid), "redis": _cpu(store.process.pid)}  # type: ignore[union-attr]
     fleet.stop_all()
     output = tmp / "results.jsonl"
     reported = subprocess.run(  # noqa: S603 - our own programs
@@ -292,8 +293,14 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     store.stop()
     seen = json.loads(seen_file.read_text())
     records = [json.loads(line) for line in output.read_bytes().splitlines()]
-    return _summary(args, records, seen, reported, fleet, chunks, started, ended, kills,
-                    waits, watched, restarted)  # fmt: skip
+    summary = _summary(args, records, seen, reported, fleet, chunks, started, ended, kills,
+                       waits, watched, restarted)  # fmt: skip
+    span = ended - started
+    summary["cpu_share_of_a_core"] = {
+        "workers": round(fleet.cpu / span, 2),
+        **{name: round(cpu / span, 2) for name, cpu in others.items()},
+    }
+    return summary
 
 
 def _summary(
@@ -334,7 +341,9 @@ def _summary(
         "received_all_accounted": received <= sent | maybe | invalid,
         "unauthorized": seen["unauthorized"] + seen["expired_token_uses"],
         "token_calls": len(tokens),
-        "token_lifetimes_spanned": round(span / args.token_lifetime, 2),
+        "token_calls_per_lifetime": round(
+            len(tokens) * args.token_lifetime / (times[-1] - tokens[0]), 2
+        ),
         "shortest_gap_between_token_calls_s": round(
             min((b - a for a, b in itertools.pairwise(tokens)), default=0.0), 2
         ),

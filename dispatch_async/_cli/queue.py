@@ -364,7 +364,7 @@ async def _store_chunk(
 
 #: Chunk ARGV[1] goes ``in_flight`` (owner ARGV[2]) if ``pending`` and its job is there;
 #: returns its state before, its rows, the job's target and account ("" for what is not
-#: there). A script, not WATCH/MULTI: with every worker writing the state hash, a
+#: there) and the job's TTL. A script, not WATCH/MULTI: with every worker writing the state hash, a
 #: watched claim was retried about one time in three, and took three round trips more.
 _CLAIM = """
 local state = redis.call('HGET', KEYS[1], ARGV[1])
@@ -373,7 +373,8 @@ if state == 'pending' and job[1] then
     redis.call('HSET', KEYS[1], ARGV[1], 'in_flight')
     redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 end
-return {state or '', redis.call('GET', KEYS[3]) or '', job[1] or '', job[2] or ''}
+return {state or '', redis.call('GET', KEYS[3]) or '', job[1] or '', job[2] or '',
+        redis.call('TTL', KEYS[4])}
 """
 
 
@@ -385,15 +386,17 @@ class Claimed:
     rows: bytes | None
     target: bytes | None
     account: str | None
+    #: Seconds the job has left (its records expire with it); -1 or -2 for none.
+    ttl: int
 
 
 async def claim(redis: QueueRedis, keys: JobKeys, index: int, owner: str) -> Claimed:
     """Set chunk *index* ``in_flight`` if it is ``pending``; what was there before."""
     script = redis.register_script(_CLAIM)
-    state, rows, target, account = await script(
+    state, rows, target, account, ttl = await script(
         keys=[keys.state, keys.owner, keys.rows(index), keys.meta], args=[str(index), owner]
     )
-    return Claimed(state or None, rows or None, target or None, account.decode() or None)
+    return Claimed(state or None, rows or None, target or None, account.decode() or None, ttl)
 
 
 async def finish(
@@ -402,6 +405,7 @@ async def finish(
     index: int,
     records: list[bytes],
     entry: bytes | None,
+    ttl: int,
     *,
     only_if_in_flight: bool = False,
 ) -> bool:
@@ -409,9 +413,9 @@ async def finish(
     transaction; False if *only_if_in_flight* and it was not in flight.
 
     The worker that claimed a chunk writes unconditionally (it knows what happened); a
-    redelivery marking it interrupted writes only over ``in_flight``.
+    redelivery marking it interrupted writes only over ``in_flight``. The records expire
+    *ttl* seconds later (the job's time left when the chunk was claimed), if positive.
     """
-    ttl = await redis.ttl(keys.meta)
 
     async def finish_it(pipe: Any) -> bool:
         if only_if_in_flight and await pipe.hget(keys.state, str(index)) != IN_FLIGHT:

@@ -162,7 +162,9 @@ class Worker:
                 await release(redis, keys, index, entry)
                 return "rows lost"
             records = interrupted_records(load_rows(raw))
-            marked = await finish(redis, keys, index, records, entry, only_if_in_flight=True)
+            marked = await finish(
+                redis, keys, index, records, entry, claimed.ttl, only_if_in_flight=True
+            )
             if marked:
                 log.warning("chunk %s of job %s was interrupted: recorded maybe_sent", index, job)
             return "interrupted" if marked else "already done"
@@ -176,9 +178,11 @@ class Worker:
             records, sent = await self._send(target, claimed.account, rows)
         except BaseException:
             # Cancelled (SIGTERM, the job timeout) or a bug: a request may be out.
-            await asyncio.shield(finish(redis, keys, index, interrupted_records(rows), entry))
+            await asyncio.shield(
+                finish(redis, keys, index, interrupted_records(rows), entry, claimed.ttl)
+            )
             raise
-        await finish(redis, keys, index, malformed_records(rows) + records, entry)
+        await finish(redis, keys, index, malformed_records(rows) + records, entry, claimed.ttl)
         return f"sent {sent} of {len(rows)}"
 
     async def _send(
