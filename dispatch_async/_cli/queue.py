@@ -1,4 +1,4 @@
-"""A bulk job spread over worker processes: the chunk state in Redis, the producer.
+"""A bulk job spread over worker processes: the chunk state in Redis, claimed and finished.
 
 Every key is under the key prefix P (default ``dispatch-async:``) and job id J; the job's
 keys expire ``ttl`` seconds after the producer last touched the job (default 7 days)::
@@ -25,22 +25,18 @@ The stream entry of a chunk is acknowledged and deleted in the transaction that 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import time
 import urllib.parse
-import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any, Final, TypeAlias
 
 import attrs
 import orjson
 
-import dispatch_async as da
-
 from .input import Row
-from .spec import FAILED, InputSpec, Problem, Target
+from .spec import FAILED, Problem
 
 #: A redis-py asyncio client. Typed loosely: redis-py types every reply as "awaitable or
 #: not", which strict mypy rejects at each ``await``.
@@ -54,7 +50,6 @@ __all__ = [
     "PENDING",
     "Claimed",
     "JobKeys",
-    "Produced",
     "QueueRedis",
     "check_job_id",
     "check_prefix",
@@ -62,7 +57,6 @@ __all__ = [
     "connect",
     "connected",
     "dump_rows",
-    "enqueue",
     "ensure_group",
     "finish",
     "load_rows",
@@ -223,140 +217,6 @@ def load_rows(raw: bytes) -> list[Row]:
     return [
         Row(line, number, message, problem) for line, number, message, problem in orjson.loads(raw)
     ]
-
-
-# -- the producer ------------------------------------------------------------------
-
-
-@attrs.frozen
-class Produced:
-    """What one producer run did: chunks enqueued now, and chunks already done."""
-
-    job: str
-    chunks: int
-    lines: int
-    enqueued: int
-    known: int
-
-
-async def enqueue(
-    redis: QueueRedis,
-    *,
-    job: str,
-    target: Target,
-    account: str | None,
-    input_spec: InputSpec,
-    chunk_size: int,
-    key_prefix: str = da.DEFAULT_KEY_PREFIX,
-    ttl: int = DEFAULT_TTL,
-) -> Produced:
-    """Split the input into chunks of *chunk_size* rows, store and enqueue each once.
-
-    Running it again for the same job (after a crash, or by mistake) stores and enqueues
-    nothing that is already there: a done chunk is left alone, and so is a chunk whose
-    entry is still in the stream; a pending or in-flight chunk without one (its entry
-    was released without a record, e.g. its rows were lost) is enqueued again (a chunk
-    found in flight is never sent again, only recorded maybe_sent).
-
-    Raises:
-        Problem: the input cannot be read, or the job exists with other settings or input.
-    """
-    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
-    settings = {
-        "target": orjson.dumps(attrs.asdict(target)),
-        "account": account or "",
-        "chunk_size": str(chunk_size),
-    }
-    await _claim_job(redis, keys, settings, ttl)
-    await ensure_group(redis, keys.stream)
-    rows = input_spec.open()
-    chunks = lines = enqueued = known = 0
-    try:
-        iterator = iter(rows)
-        while chunk := await asyncio.to_thread(_take, iterator, chunk_size):
-            lines += len(chunk)
-            stored = await _store_chunk(redis, keys, chunks, chunk, ttl)
-            if stored is None:
-                known += 1
-            elif stored:
-                enqueued += 1
-            chunks += 1
-    finally:
-        rows.close()
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(keys.meta, mapping={"chunks": chunks, "lines": lines})
-        for key in (keys.meta, keys.state, keys.digest, keys.owner, keys.queued):
-            pipe.expire(key, ttl)
-        await pipe.execute()
-    return Produced(keys.job, chunks, lines, enqueued, known)
-
-
-def _take(rows: Iterator[Row], size: int) -> list[Row]:
-    chunk = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) == size:
-            break
-    return chunk
-
-
-async def _claim_job(redis: QueueRedis, keys: JobKeys, settings: dict[str, Any], ttl: int) -> None:
-    async with redis.pipeline(transaction=True) as pipe:
-        for field, value in settings.items():
-            pipe.hsetnx(keys.meta, field, value)
-        pipe.hmget(keys.meta, list(settings))
-        pipe.hsetnx(keys.meta, "created", str(time.time()))
-        pipe.expire(keys.meta, ttl)
-        stored = (await pipe.execute())[len(settings)]
-    for (field, value), found in zip(settings.items(), stored, strict=True):
-        wanted = value if isinstance(value, bytes) else value.encode()
-        if found != wanted:
-            raise Problem(
-                f"job {keys.job!r} already exists with another {field.replace('_', ' ')}: "
-                "use the same command to continue it, or another --job"
-            )
-
-
-async def _store_chunk(
-    redis: QueueRedis, keys: JobKeys, index: int, chunk: list[Row], ttl: int
-) -> bool | None:
-    """Store a chunk as pending and queue it, unless it is there: None if it is done,
-    False if its entry is still in the stream, True if it was queued now."""
-    payload = dump_rows(chunk)
-    digest = str(zlib.crc32(payload)).encode()
-    field = str(index)
-
-    async def store(pipe: Any) -> bool | None:
-        state = await pipe.hget(keys.state, field)
-        stored = await pipe.hget(keys.digest, field)
-        if stored is not None and stored != digest:
-            raise Problem(
-                f"chunk {index} of job {keys.job!r} (input lines "
-                f"{chunk[0].line}-{chunk[-1].line}) differs from what was enqueued: "
-                "continue a job with the same input file"
-            )
-        if state == DONE:
-            return None
-        if await pipe.hexists(keys.queued, field):
-            return False
-        pipe.multi()
-        if state == IN_FLIGHT:
-            # Its entry was released while it was in flight (its rows were gone): this
-            # one records the chunk maybe_sent instead of leaving it in flight forever.
-            # Its rows are stored again in case they were lost: they name its lines.
-            pipe.set(keys.rows(index), payload, ex=ttl, nx=True)
-        else:
-            pipe.set(keys.rows(index), payload, ex=ttl)
-            pipe.hset(keys.state, field, PENDING)
-            pipe.hset(keys.digest, field, digest)
-        pipe.xadd(keys.stream, {"job": keys.job, "chunk": field})
-        pipe.hset(keys.queued, field, 1)
-        return True
-
-    result: bool | None = await redis.transaction(
-        store, keys.state, keys.queued, value_from_callable=True
-    )
-    return result
 
 
 # -- claiming and finishing a chunk (the worker's side) -----------------------------

@@ -19,6 +19,7 @@ import orjson
 
 import dispatch_async as da
 
+from .producer import enqueue
 from .progress import Tally, render_summary
 from .queue import (
     DEFAULT_TTL,
@@ -27,7 +28,6 @@ from .queue import (
     check_job_id,
     check_prefix,
     connected,
-    enqueue,
     where,
 )
 from .records import OUTCOMES

@@ -20,7 +20,8 @@ import orjson
 import pytest
 
 from dispatch_async._adaptive import RateState
-from dispatch_async._cli.queue import JobKeys, Produced, connect, enqueue
+from dispatch_async._cli.producer import Produced, enqueue
+from dispatch_async._cli.queue import JobKeys, connect
 from dispatch_async._cli.report import report
 from dispatch_async._cli.spec import InputSpec, Target
 from dispatch_async.testing import FakeDispatchServer

@@ -213,9 +213,7 @@ async def test_the_documented_acl_is_enough_for_a_queued_job(
         async with FakeDispatchServer(client_secret=SECRET) as server:
             pool = await connect(url)
             try:
-                async with running_worker(
-                    server, url, prefix, poll_delay=0.05, takeover_after=0.2
-                ):
+                async with running_worker(server, url, prefix, poll_delay=0.05, takeover_after=0.2):
                     async with asyncio.timeout(HANG):
                         await wait_until_done(pool, job="acl", key_prefix=prefix, every=0.05)
                 summary = await report(pool, job="acl", output=None, key_prefix=prefix)
@@ -289,6 +287,7 @@ class TestAnythingWrittenToTheStreams:
                     await writer.xadd(stream, fields)
                     async with asyncio.timeout(HANG):
                         await fetches.done.wait()  # handed to a slot
+
                 async def drained() -> bool:
                     return await writer.xlen(stream) == 0
 
