@@ -21,7 +21,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from .queue import GROUP, QueueRedis, ensure_group, redis_errors
+from .queue import GROUP, QueueRedis, block_ms, ensure_group, redis_errors
 
 __all__ = ["Consumer", "Entry"]
 
@@ -88,7 +88,7 @@ class Consumer:
             try:
                 await self._handle(entry)
             except redis_errors() as exc:
-                if self.burst:
+                if self.burst or _cancelling():
                     raise
                 log.warning("Redis failed while handling entry %s: %s", entry[0].decode(), exc)
             except Exception:
@@ -106,13 +106,13 @@ class Consumer:
                     await self._take_over()
                 if self._claimed:
                     return self._claimed.popleft()
-                entry = await self._read()
+                entry = await self._read(max(self._next_claim - loop.time(), 0.0))
                 if entry is not None:
                     return entry
                 if self.burst and await self.redis.xlen(self.stream) == 0:
                     return None
             except redis_errors() as exc:
-                if self.burst:
+                if self.burst or _cancelling():
                     raise
                 if "NOGROUP" in str(exc):
                     # Redis lost the group (restarted without persistence).
@@ -122,14 +122,14 @@ class Consumer:
                 log.warning("Redis failed: %s: %s; trying again", type(exc).__name__, exc)
                 await asyncio.sleep(_RETRY_AFTER)
 
-    async def _read(self) -> Entry | None:
-        """A new entry, waiting for one at most ``poll`` seconds."""
+    async def _read(self, seconds: float) -> Entry | None:
+        """A new entry, waiting for one at most *seconds* (see ``block_ms``)."""
         reply = await self.redis.xreadgroup(
             GROUP,
             self.name,
             {self.stream: ">"},
             count=1,
-            block=max(int(self.poll * 1000), 1),
+            block=block_ms(seconds),
         )
         for _, entries in reply or ():
             for entry in entries:
@@ -170,4 +170,13 @@ class Consumer:
                     self.stream, GROUP, self.name, 0, list(self._held), justid=True
                 )
             except redis_errors() as exc:
+                if _cancelling():
+                    raise
                 log.debug("heartbeat failed: %s", type(exc).__name__)
+
+
+def _cancelling() -> bool:
+    """Whether this task is being cancelled: a redis-py that turns the cancellation of a
+    command into a connection error must not keep a stopping worker running."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -48,9 +48,11 @@ __all__ = [
     "GROUP",
     "IN_FLIGHT",
     "PENDING",
+    "SOCKET_TIMEOUT",
     "Claimed",
     "JobKeys",
     "QueueRedis",
+    "block_ms",
     "check_job_id",
     "check_prefix",
     "claim",
@@ -72,6 +74,11 @@ IN_FLIGHT: Final = b"in_flight"
 DONE: Final = b"done"
 #: The consumer group of every worker on a queue.
 GROUP: Final = "workers"
+#: Seconds a reply from Redis may take (the longest block of a blocking read is less):
+#: the same with every redis-py (5 has none, 6+ five seconds).
+SOCKET_TIMEOUT: Final = 30.0
+#: The longest a blocking read (XREADGROUP, XREAD) waits before it is issued again.
+_LONGEST_BLOCK = 10.0
 #: Seconds the job's keys live after the producer last wrote them.
 DEFAULT_TTL = 7 * 24 * 3600
 _JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
@@ -125,6 +132,12 @@ def stream_name(prefix: str) -> str:
     return f"{prefix}chunks"
 
 
+def block_ms(seconds: float) -> int:
+    """The BLOCK of a read waiting *seconds*: at least 1 ms (0 would wait forever), at
+    most ``_LONGEST_BLOCK`` (well within the socket timeout)."""
+    return max(int(min(seconds, _LONGEST_BLOCK) * 1000), 1)
+
+
 def check_job_id(job: str) -> str:
     """*job* if it can name a job (letters, digits, ``_.-``), else a Problem."""
     if not _JOB_ID.fullmatch(job):
@@ -169,7 +182,7 @@ async def connect(queue_url: str) -> QueueRedis:
         ) from None
     if urllib.parse.urlsplit(queue_url).scheme not in ("redis", "rediss", "unix"):
         raise Problem("--queue must be a redis://, rediss:// or unix:// URL")
-    client = redis.asyncio.Redis.from_url(queue_url)
+    client = redis.asyncio.Redis.from_url(queue_url, socket_timeout=SOCKET_TIMEOUT)
     try:
         await client.ping()
     except redis_errors() as exc:

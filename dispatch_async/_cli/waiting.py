@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import dispatch_async as da
 
-from .queue import DONE, JobKeys, QueueRedis, check_job_id, check_prefix
+from .queue import DONE, JobKeys, QueueRedis, block_ms, check_job_id, check_prefix
 
 __all__ = ["wait_until_done"]
 
@@ -55,9 +55,7 @@ async def wait_until_done(
             if on_progress is not None and loop.time() - shown >= every:
                 shown = loop.time()
                 on_progress(len(done), chunks)
-            reply = await redis.xread(
-                {keys.done: cursor}, count=_BATCH, block=max(int(left * 1000), 1)
-            )
+            reply = await redis.xread({keys.done: cursor}, count=_BATCH, block=block_ms(left))
             for _, entries in reply or ():
                 for entry_id, fields in entries:
                     cursor = entry_id

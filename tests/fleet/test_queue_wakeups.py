@@ -69,9 +69,10 @@ async def running_worker(
     max_jobs: int = 2,
     poll_delay: float = AN_HOUR,
     takeover_after: float = 30.0,
+    idle_first: bool = False,
 ) -> AsyncIterator[Fetches]:
-    """An in-process worker, idle (each slot waiting in XREADGROUP) before this yields;
-    stopped (as by SIGTERM) at the end."""
+    """An in-process worker (with *idle_first*, idle before this yields: each slot
+    waiting in XREADGROUP), stopped (as by SIGTERM) at the end."""
     config = WorkerConfig(
         queue_url=queue_url,
         connection=Connection(base_url=server.url, client_secret=SECRET, account="acme"),
@@ -82,10 +83,10 @@ async def running_worker(
     )
     pool = await connect(queue_url)
     fetches = Fetches(pool)
-    before = await blocked_readers(pool) if poll_delay == AN_HOUR else 0
+    before = await blocked_readers(pool) if idle_first else 0
     running = asyncio.ensure_future(Worker(config, pool).run())
     try:
-        if poll_delay == AN_HOUR:
+        if idle_first:
 
             async def idle() -> bool:
                 return await blocked_readers(pool) >= before + max_jobs
@@ -119,7 +120,7 @@ async def test_an_idle_worker_sends_a_job_queued_after_it_went_idle(
     redis = await connect(redis_server)
     async with (
         FakeDispatchServer(client_secret=SECRET, latency=0.05) as server,
-        running_worker(server, redis_server, prefix) as fetches,
+        running_worker(server, redis_server, prefix, idle_first=True) as fetches,
     ):
         # The queue was empty: the worker is idle now, both slots waiting in Redis.
         fetches.count = 0
@@ -272,7 +273,7 @@ class TestAnythingWrittenToTheStreams:
         stream = stream_name(prefix)
         async with (
             FakeDispatchServer(client_secret=SECRET) as server,
-            running_worker(server, redis_server, prefix) as fetches,
+            running_worker(server, redis_server, prefix, idle_first=True) as fetches,
         ):
             tracemalloc.start()
             try:
