@@ -198,9 +198,10 @@ async def test_a_killed_workers_chunk_is_recorded_once_and_never_sent_again(
     by_line = {r["line"]: r for r in records}
     assert by_line[9]["outcome"] == "invalid"  # the malformed row
     assert by_line[9]["reason"] == "malformed input row"
-    assert by_line[15]["outcome"] == "invalid", by_line[15]  # "12": the service rejects it
     # The chunk in flight when its worker died: maybe_sent, not sent again.
     first = victim_chunk * CHUNK + 2
+    if not first <= 15 < first + CHUNK:
+        assert by_line[15]["outcome"] == "invalid", by_line[15]  # "12": the service rejects it
     interrupted = [by_line[line] for line in range(first, first + CHUNK)]
     assert {r["outcome"] for r in interrupted} <= {"maybe_sent", "invalid"}
     assert any(r.get("error_type") == "Interrupted" for r in interrupted)
@@ -397,7 +398,8 @@ async def test_redis_failures_are_one_line_without_the_password(
     host = redis_server.split("@")[-1].split("//")[-1]
     if failure == "nothing listening":
         host = f"127.0.0.1:{free_port()}/0"
-    queue = f"redis://:hunter2pw@{host}"
+    # A user name too: a Redis without passwords accepts any bare password from redis-py 6+.
+    queue = f"redis://nobody:hunter2pw@{host}"
     source = tmp_path / "in.csv"
     write_input(source)
     args = {
