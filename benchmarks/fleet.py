@@ -203,7 +203,7 @@ def _workers(
     try:
         deadline = time.monotonic() + 60
         logs_of = [logs / f"worker-{count}-{i}.log" for i in range(count)]
-        while not all(b"Starting worker" in path.read_bytes() for path in logs_of):
+        while not all(b" started: " in path.read_bytes() for path in logs_of):
             if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
                 sys.exit(f"the workers did not start: see {logs}")
             time.sleep(0.05)

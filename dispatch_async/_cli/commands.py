@@ -211,7 +211,15 @@ def demo(
     default=300.0,
     show_default=True,
     envvar="DISPATCH_JOB_TIMEOUT",
-    help="Seconds one chunk may take; a dead worker's chunk is taken over this + 10 s later.",
+    help="Seconds one chunk may take (80% of it sending).",
+)
+@click.option(
+    "--takeover-after",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    envvar="DISPATCH_TAKEOVER_AFTER",
+    help="Seconds before another worker takes over the chunks of a worker that died.",
 )
 @click.option("--burst", is_flag=True, help="Exit once the queue is empty.")
 @click.option(
@@ -227,13 +235,14 @@ def demo(
     envvar="DISPATCH_METRICS_HOST",
     help="Address for --metrics-port (0.0.0.0 to be scraped from other hosts).",
 )
-@click.option("--poll-delay", type=click.FloatRange(min=0.01), default=0.5, hidden=True)
+@click.option("--poll-delay", type=click.FloatRange(min=0.01), default=2.0, hidden=True)
 @click.option("-v", "--verbose", count=True, help="Log each chunk (-vv: debug). Never secrets.")
 def worker(
     queue: str,
     key_prefix: str,
     max_jobs: int,
     job_timeout: float,
+    takeover_after: float,
     burst: bool,
     metrics_port: int | None,
     metrics_host: str,
@@ -254,6 +263,7 @@ def worker(
         connection=connection(options),
         max_jobs=max_jobs,
         job_timeout=job_timeout,
+        takeover_after=takeover_after,
         burst=burst,
         poll_delay=poll_delay,
         metrics_port=metrics_port,
@@ -395,6 +405,10 @@ def _enqueue(target: Target, options: dict[str, Any]) -> None:
     if not options["job"]:
         raise click.UsageError("--queue needs --job ID (the same ID continues the job)")
     given = [f"--{name.replace('_', '-')}" for name in _NOT_QUEUED if options[name]]
+    source = click.get_current_context().get_parameter_source("concurrency")
+    if source is ParameterSource.COMMANDLINE:
+        # The producer sends nothing: each worker's --max-jobs is its concurrency.
+        given.append("--concurrency (set --max-jobs on the workers)")
     if given:
         raise click.UsageError(f"{', '.join(given)} cannot go with --queue")
     _exit(

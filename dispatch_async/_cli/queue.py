@@ -1,7 +1,7 @@
-"""A bulk job spread over arq workers: the chunk state in Redis, the producer, the report.
+"""A bulk job spread over worker processes: the chunk state in Redis, claimed and finished.
 
-Every key is under the key prefix P (default ``dispatch-async:``) and job id J, and
-expires ``ttl`` seconds after the producer last touched the job (default 7 days)::
+Every key is under the key prefix P (default ``dispatch-async:``) and job id J; the job's
+keys expire ``ttl`` seconds after the producer last touched the job (default 7 days)::
 
     P job:J          hash: the job's target, account, chunk size, chunk and line count
     P job:J:state    hash: chunk index -> pending | in_flight | done
@@ -10,78 +10,75 @@ expires ``ttl`` seconds after the producer last touched the job (default 7 days)
                      read the same input)
     P job:J:rows:I   string: chunk I's input rows (JSON), deleted once I is done
     P job:J:out      hash: chunk index -> its output records, one JSON line per input line
-    P queue          arq's queue (sorted set); arq also writes ``arq:job:J:I``,
-                     ``arq:in-progress:J:I``, ``arq:retry:J:I`` and ``arq:result:J:I``
-
-and two pub/sub channels, which only say "look again" (see ``wake``)::
-
-    P queue:wake     the producer queued a chunk (payload: none)
-    P job:J:done     chunk I of job J is done (payload: I)
+    P job:J:queued   hash: chunk index -> 1 while an entry for it is in the stream
+    P job:J:done     stream: one entry per chunk done (``chunk``: I), for the waiting producer
+    P chunks         stream: one entry per chunk to send (``job``: J, ``chunk``: I), read by
+                     the consumer group ``workers`` (see ``consumer``)
 
 A chunk goes ``pending`` (the producer) -> ``in_flight`` (a worker, with a compare-and-set,
 before anything is sent) -> ``done`` (with its records). A worker that finds a chunk
 already ``in_flight`` is running a redelivery after a worker died mid-send: it records
 the chunk's rows ``maybe_sent`` without sending. A ``done`` chunk is never sent again.
+The stream entry of a chunk is acknowledged and deleted in the transaction that stores
+``done``: an entry is in the stream exactly while its chunk waits for a worker's records.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import time
 import urllib.parse
-import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any, Final, TypeAlias
 
 import attrs
 import orjson
 
-import dispatch_async as da
-
 from .input import Row
-from .records import failed_record, malformed_record
-from .spec import FAILED, InputSpec, Problem, Target
+from .spec import FAILED, Problem
 
-#: arq's ``ArqRedis`` (a redis-py asyncio client). Typed loosely: redis-py types every
-#: reply as "awaitable or not", which strict mypy rejects at each ``await``.
-ArqRedis: TypeAlias = Any
+#: A redis-py asyncio client. Typed loosely: redis-py types every reply as "awaitable or
+#: not", which strict mypy rejects at each ``await``.
+QueueRedis: TypeAlias = Any
 
 __all__ = [
     "DEFAULT_TTL",
     "DONE",
+    "GROUP",
     "IN_FLIGHT",
     "PENDING",
-    "SEND_CHUNK",
-    "ArqRedis",
+    "SOCKET_TIMEOUT",
+    "Claimed",
     "JobKeys",
-    "Produced",
-    "announce",
+    "QueueRedis",
+    "block_ms",
     "check_job_id",
     "check_prefix",
     "claim",
     "connect",
     "connected",
     "dump_rows",
-    "enqueue",
+    "ensure_group",
     "finish",
-    "interrupted_records",
     "load_rows",
-    "malformed_records",
-    "queue_name",
     "redis_errors",
-    "redis_settings",
+    "release",
+    "stream_name",
     "unreachable",
-    "wake_channel",
     "where",
 ]
 
 PENDING: Final = b"pending"
 IN_FLIGHT: Final = b"in_flight"
 DONE: Final = b"done"
-#: The arq function name every chunk job calls.
-SEND_CHUNK: Final = "send_chunk"
+#: The consumer group of every worker on a queue.
+GROUP: Final = "workers"
+#: Seconds a reply from Redis may take (the longest block of a blocking read is less):
+#: the same with every redis-py (5 has none, 6+ five seconds).
+SOCKET_TIMEOUT: Final = 30.0
+#: The longest a blocking read (XREADGROUP, XREAD) waits before it is issued again.
+_LONGEST_BLOCK = 10.0
 #: Seconds the job's keys live after the producer last wrote them.
 DEFAULT_TTL = 7 * 24 * 3600
 _JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
@@ -115,28 +112,30 @@ class JobKeys:
         return f"{self.meta}:out"
 
     @property
-    def done_channel(self) -> str:
+    def queued(self) -> str:
+        return f"{self.meta}:queued"
+
+    @property
+    def done(self) -> str:
         return f"{self.meta}:done"
 
     def rows(self, index: int) -> str:
         return f"{self.meta}:rows:{index}"
 
     @property
-    def queue(self) -> str:
-        return queue_name(self.prefix)
-
-    def arq_job_id(self, index: int) -> str:
-        return f"{self.job}:{index}"
+    def stream(self) -> str:
+        return stream_name(self.prefix)
 
 
-def queue_name(prefix: str) -> str:
-    """arq's queue (a sorted set) for jobs under *prefix*."""
-    return f"{prefix}queue"
+def stream_name(prefix: str) -> str:
+    """The stream of the chunks to send under *prefix* (every job's)."""
+    return f"{prefix}chunks"
 
 
-def wake_channel(prefix: str) -> str:
-    """The pub/sub channel on which a producer announces a chunk queued under *prefix*."""
-    return f"{queue_name(prefix)}:wake"
+def block_ms(seconds: float) -> int:
+    """The BLOCK of a read waiting *seconds*: at least 1 ms (0 would wait forever), at
+    most ``_LONGEST_BLOCK`` (well within the socket timeout)."""
+    return max(int(min(seconds, _LONGEST_BLOCK) * 1000), 1)
 
 
 def check_job_id(job: str) -> str:
@@ -166,54 +165,34 @@ def redis_errors() -> tuple[type[BaseException], ...]:
     return (redis.exceptions.RedisError, OSError)
 
 
-async def announce(redis: ArqRedis, channel: str, payload: bytes | str = b"") -> None:
-    """Publish *payload* on *channel*: a Redis that does not allow it costs promptness only."""
-    from redis.exceptions import NoPermissionError
-
-    with contextlib.suppress(NoPermissionError):
-        await redis.publish(channel, payload)
-
-
 def unreachable(queue_url: str, exc: BaseException) -> Problem:
     """One line, exit 2: redis-py's messages name host and port, never the password."""
     message = f"cannot use the Redis queue {where(queue_url)}: {type(exc).__name__}: {exc}"
     return Problem(" ".join(message.split()))
 
 
-def redis_settings(queue_url: str) -> Any:
-    """arq's settings for *queue_url*, failing at once on a refused connection or password.
-
-    arq retries a failing connection five times, a warning each; a wrong password or
-    address does not get better, and the command line says so in one line.
-    """
+async def connect(queue_url: str) -> QueueRedis:
+    """A redis-py client for *queue_url*, checked with a PING: a refused connection or
+    password fails here, in one line, instead of at the first command."""
     try:
-        from arq.connections import RedisSettings
+        import redis.asyncio
     except ImportError:
         raise Problem(
             'a queued job needs the queue extra: pip install "dispatch-async[queue]"'
         ) from None
     if urllib.parse.urlsplit(queue_url).scheme not in ("redis", "rediss", "unix"):
         raise Problem("--queue must be a redis://, rediss:// or unix:// URL")
-    settings = RedisSettings.from_dsn(queue_url)
-    settings.conn_retries = 0
-    return settings
-
-
-async def connect(queue_url: str) -> ArqRedis:
-    """An arq Redis pool (a redis-py client) for *queue_url*; JSON, never pickle, for jobs."""
-    from arq.connections import create_pool
-
-    settings = redis_settings(queue_url)
+    client = redis.asyncio.Redis.from_url(queue_url, socket_timeout=SOCKET_TIMEOUT)
     try:
-        return await create_pool(
-            settings, job_serializer=orjson.dumps, job_deserializer=orjson.loads
-        )
+        await client.ping()
     except redis_errors() as exc:
+        await client.aclose()
         raise unreachable(queue_url, exc) from None
+    return client
 
 
 @contextlib.asynccontextmanager
-async def connected(queue_url: str) -> AsyncIterator[ArqRedis]:
+async def connected(queue_url: str) -> AsyncIterator[QueueRedis]:
     """The queue's Redis for a command: a failure there is one line, exit 1; closed after."""
     redis = await connect(queue_url)
     try:
@@ -222,6 +201,21 @@ async def connected(queue_url: str) -> AsyncIterator[ArqRedis]:
         raise Problem(f"Redis failed: {type(exc).__name__}: {exc}", FAILED) from None
     finally:
         await redis.aclose()
+
+
+async def ensure_group(redis: QueueRedis, stream: str) -> None:
+    """Create the stream's consumer group (and the stream) unless they exist.
+
+    The group starts at the stream's first entry, so chunks queued before any worker
+    ever ran are delivered too.
+    """
+    from redis.exceptions import ResponseError
+
+    try:
+        await redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
 
 
 # -- rows ------------------------------------------------------------------------------
@@ -238,192 +232,63 @@ def load_rows(raw: bytes) -> list[Row]:
     ]
 
 
-def malformed_records(rows: list[Row]) -> list[bytes]:
-    """The records of the rows that cannot be sent, exactly as a single-machine run writes."""
-    return [malformed_record(r) for r in rows if r.message is None]
-
-
-def interrupted_records(rows: list[Row]) -> list[bytes]:
-    """The records of a chunk whose worker died mid-send: maybe_sent (malformed: invalid)."""
-    return malformed_records(rows) + [
-        failed_record(
-            r.line,
-            r.number,
-            maybe_sent=True,
-            error="a worker was killed while this chunk may have been in flight; "
-            "it is not sent again",
-            error_type="Interrupted",
-        )
-        for r in rows
-        if r.message is not None
-    ]
-
-
-# -- the producer ------------------------------------------------------------------
-
-
-@attrs.frozen
-class Produced:
-    """What one producer run did: chunks enqueued now, and chunks already done."""
-
-    job: str
-    chunks: int
-    lines: int
-    enqueued: int
-    known: int
-
-
-async def enqueue(
-    redis: ArqRedis,
-    *,
-    job: str,
-    target: Target,
-    account: str | None,
-    input_spec: InputSpec,
-    chunk_size: int,
-    key_prefix: str = da.DEFAULT_KEY_PREFIX,
-    ttl: int = DEFAULT_TTL,
-) -> Produced:
-    """Split the input into chunks of *chunk_size* rows, store and enqueue each once.
-
-    Running it again for the same job (after a crash, or by mistake) stores and enqueues
-    nothing that is already there: a done chunk is left alone; a pending or in-flight one
-    is enqueued under the same arq job id, which arq ignores while it is queued or
-    running (a chunk found in flight is never sent again, only recorded maybe_sent).
-
-    Raises:
-        Problem: the input cannot be read, or the job exists with other settings or input.
-    """
-    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
-    settings = {
-        "target": orjson.dumps(attrs.asdict(target)),
-        "account": account or "",
-        "chunk_size": str(chunk_size),
-    }
-    await _claim_job(redis, keys, settings, ttl)
-    rows = input_spec.open()
-    chunks = lines = enqueued = known = 0
-    try:
-        iterator = iter(rows)
-        while chunk := await asyncio.to_thread(_take, iterator, chunk_size):
-            lines += len(chunk)
-            if not await _store_chunk(redis, keys, chunks, chunk, ttl):
-                known += 1
-            elif await redis.enqueue_job(
-                SEND_CHUNK,
-                keys.job,
-                chunks,
-                _job_id=keys.arq_job_id(chunks),
-                _queue_name=keys.queue,
-                _expires=ttl,
-            ):
-                enqueued += 1
-                # Idle workers fetch it now, not at their next poll.
-                await announce(redis, wake_channel(keys.prefix))
-            chunks += 1
-    finally:
-        rows.close()
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(keys.meta, mapping={"chunks": chunks, "lines": lines})
-        for key in (keys.meta, keys.state, keys.digest, keys.owner):
-            pipe.expire(key, ttl)
-        await pipe.execute()
-    return Produced(keys.job, chunks, lines, enqueued, known)
-
-
-def _take(rows: Iterator[Row], size: int) -> list[Row]:
-    chunk = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) == size:
-            break
-    return chunk
-
-
-async def _claim_job(redis: ArqRedis, keys: JobKeys, settings: dict[str, Any], ttl: int) -> None:
-    async with redis.pipeline(transaction=True) as pipe:
-        for field, value in settings.items():
-            pipe.hsetnx(keys.meta, field, value)
-        pipe.hmget(keys.meta, list(settings))
-        pipe.hsetnx(keys.meta, "created", str(time.time()))
-        pipe.expire(keys.meta, ttl)
-        stored = (await pipe.execute())[len(settings)]
-    for (field, value), found in zip(settings.items(), stored, strict=True):
-        wanted = value if isinstance(value, bytes) else value.encode()
-        if found != wanted:
-            raise Problem(
-                f"job {keys.job!r} already exists with another {field.replace('_', ' ')}: "
-                "use the same command to continue it, or another --job"
-            )
-
-
-async def _store_chunk(
-    redis: ArqRedis, keys: JobKeys, index: int, chunk: list[Row], ttl: int
-) -> bool:
-    """Store a chunk as pending unless it is already there; True unless it is done."""
-    payload = dump_rows(chunk)
-    digest = str(zlib.crc32(payload)).encode()
-
-    async def store(pipe: Any) -> bool:
-        state = await pipe.hget(keys.state, str(index))
-        stored = await pipe.hget(keys.digest, str(index))
-        if stored is not None and stored != digest:
-            raise Problem(
-                f"chunk {index} of job {keys.job!r} (input lines "
-                f"{chunk[0].line}-{chunk[-1].line}) differs from what was enqueued: "
-                "continue a job with the same input file"
-            )
-        if state == DONE:
-            return False
-        pipe.multi()
-        if state == IN_FLIGHT:
-            # Enqueued again (arq refuses it while the first delivery is queued or
-            # running): if that delivery failed for good, this one records the chunk
-            # maybe_sent instead of leaving it in flight forever. Its rows are stored
-            # again in case they were lost (evicted, expired): they name its lines.
-            pipe.set(keys.rows(index), payload, ex=ttl, nx=True)
-            return True
-        pipe.set(keys.rows(index), payload, ex=ttl)
-        pipe.hset(keys.state, str(index), PENDING)
-        pipe.hset(keys.digest, str(index), digest)
-        return True
-
-    result: bool = await redis.transaction(store, keys.state, value_from_callable=True)
-    return result
-
-
 # -- claiming and finishing a chunk (the worker's side) -----------------------------
 
 
-async def claim(redis: ArqRedis, keys: JobKeys, index: int, owner: str) -> bytes | None:
-    """Set chunk *index* ``in_flight`` if it is ``pending``; the state it had before."""
+#: Chunk ARGV[1] goes ``in_flight`` (owner ARGV[2]) if ``pending`` and its job is there;
+#: returns its state before, its rows, the job's target and account ("" for what is not
+#: there) and the job's TTL. A script, not WATCH/MULTI: with every worker writing the state hash, a
+#: watched claim was retried about one time in three, and took three round trips more.
+_CLAIM = """
+local state = redis.call('HGET', KEYS[1], ARGV[1])
+local job = redis.call('HMGET', KEYS[4], 'target', 'account')
+if state == 'pending' and job[1] then
+    redis.call('HSET', KEYS[1], ARGV[1], 'in_flight')
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+end
+return {state or '', redis.call('GET', KEYS[3]) or '', job[1] or '', job[2] or '',
+        redis.call('TTL', KEYS[4])}
+"""
 
-    async def claim_it(pipe: Any) -> bytes | None:
-        state: bytes | None = await pipe.hget(keys.state, str(index))
-        if state == PENDING:
-            pipe.multi()
-            pipe.hset(keys.state, str(index), IN_FLIGHT)
-            pipe.hset(keys.owner, str(index), owner)
-        return state
 
-    state: bytes | None = await redis.transaction(claim_it, keys.state, value_from_callable=True)
-    return state
+@attrs.frozen
+class Claimed:
+    """What a worker finds when it claims a chunk (None: not there)."""
+
+    state: bytes | None
+    rows: bytes | None
+    target: bytes | None
+    account: str | None
+    #: Seconds the job has left (its records expire with it); -1 or -2 for none.
+    ttl: int
+
+
+async def claim(redis: QueueRedis, keys: JobKeys, index: int, owner: str) -> Claimed:
+    """Set chunk *index* ``in_flight`` if it is ``pending``; what was there before."""
+    script = redis.register_script(_CLAIM)
+    state, rows, target, account, ttl = await script(
+        keys=[keys.state, keys.owner, keys.rows(index), keys.meta], args=[str(index), owner]
+    )
+    return Claimed(state or None, rows or None, target or None, account.decode() or None, ttl)
 
 
 async def finish(
-    redis: ArqRedis,
+    redis: QueueRedis,
     keys: JobKeys,
     index: int,
     records: list[bytes],
+    entry: bytes | None,
+    ttl: int,
     *,
     only_if_in_flight: bool = False,
 ) -> bool:
-    """Store a chunk's records and mark it ``done``; False if *only_if_in_flight* and it was not.
+    """Store a chunk's records, mark it ``done`` and let its stream *entry* go, in one
+    transaction; False if *only_if_in_flight* and it was not in flight.
 
     The worker that claimed a chunk writes unconditionally (it knows what happened); a
-    redelivery marking it interrupted writes only over ``in_flight``.
+    redelivery marking it interrupted writes only over ``in_flight``. The records expire
+    *ttl* seconds later (the job's time left when the chunk was claimed), if positive.
     """
-    ttl = await redis.ttl(keys.meta)
 
     async def finish_it(pipe: Any) -> bool:
         if only_if_in_flight and await pipe.hget(keys.state, str(index)) != IN_FLIGHT:
@@ -433,13 +298,31 @@ async def finish(
         pipe.hset(keys.state, str(index), DONE)
         pipe.hset(keys.meta, "last_done", str(time.time()))
         pipe.delete(keys.rows(index))
+        # Heard by a producer waiting for the job (``waiting``).
+        pipe.xadd(keys.done, {"chunk": str(index)})
         if ttl > 0:
             pipe.expire(keys.out, ttl)
+            pipe.expire(keys.done, ttl)
+        _let_go(pipe, keys, index, entry)
         return True
 
     watches = (keys.state,) if only_if_in_flight else ()
     done: bool = await redis.transaction(finish_it, *watches, value_from_callable=True)
-    if done:
-        # Outside the transaction: a refused PUBLISH there would abort the whole EXEC.
-        await announce(redis, keys.done_channel, str(index))
+    if not done and entry is not None:
+        await release(redis, keys, index, entry)
     return done
+
+
+async def release(redis: QueueRedis, keys: JobKeys, index: int | None, entry: bytes) -> None:
+    """Acknowledge and delete a stream *entry* that has nothing (more) to do."""
+    async with redis.pipeline(transaction=True) as pipe:
+        _let_go(pipe, keys, index, entry)
+        await pipe.execute()
+
+
+def _let_go(pipe: Any, keys: JobKeys, index: int | None, entry: bytes | None) -> None:
+    if entry is not None:
+        pipe.xack(keys.stream, GROUP, entry)
+        pipe.xdel(keys.stream, entry)
+    if index is not None:
+        pipe.hdel(keys.queued, str(index))

@@ -19,20 +19,20 @@ import orjson
 
 import dispatch_async as da
 
+from .producer import enqueue
 from .progress import Tally, render_summary
 from .queue import (
     DEFAULT_TTL,
-    ArqRedis,
     JobKeys,
+    QueueRedis,
     check_job_id,
     check_prefix,
     connected,
-    enqueue,
     where,
 )
 from .records import OUTCOMES
 from .spec import FAILED, OK, InputSpec, Problem, Target
-from .wake import wait_until_done
+from .waiting import wait_until_done
 from .words import counted
 
 __all__ = ["QueueReport", "report", "run_enqueue", "run_queue_report"]
@@ -71,7 +71,7 @@ class QueueReport:
 
 
 async def report(
-    redis: ArqRedis,
+    redis: QueueRedis,
     *,
     job: str,
     output: Path | None,

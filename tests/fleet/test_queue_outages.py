@@ -156,8 +156,8 @@ async def test_redis_stopping_mid_job_then_starting_again_loses_and_doubles_noth
         start()  # ...and comes back with what it had.
         server.latency = 0
         await produce(url, prefix, source, "outage")
-        # A chunk claimed before the outage is handed over once arq's in-progress key
-        # expires: the next worker records it maybe_sent instead of sending it again.
+        # A chunk claimed before the outage is taken over once its stream entry has been
+        # idle for --takeover-after: the next worker records it maybe_sent, not sent again.
         for _ in range(3):
             again = await start_worker(server, url, prefix)
             await asyncio.wait_for(again.communicate(), JOB_TIMEOUT + 30)

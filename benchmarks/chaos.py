@@ -1,0 +1,396 @@
+"""A queued job through a fleet that keeps losing workers, and a Redis restarted mid-job.
+
+    python benchmarks/chaos.py [--workers 20] [--rows 200000] [--chunk-size 100]
+        [--rate 200] [--latency 0.1] [--max-jobs 2] [--kill-every 1.5]
+        [--takeover-after 5] [--token-lifetime 10] [--no-restart]
+
+It starts a throwaway ``redis-server`` (127.0.0.1, append-only file on), the simulator in
+a process of its own (``--latency`` before every answer; it notes when each request and
+token call arrived), ``--workers`` worker processes sharing ``--rate`` requests per
+second, then the producer (``send --queue --job chaos``). Every ``--kill-every``
+seconds a random worker is SIGKILLed and a new one started; once a third of the chunks
+are done (and the producer has exited), Redis is stopped and started again with its
+data. At the end, ``report -o`` writes the results, and it prints:
+
+- every input line recorded exactly once, and no number received twice (the simulator's
+  count), with the outcomes;
+- the gaps between token calls (one call per token lifetime for the whole fleet: the
+  token is refreshed ahead, at 75-80% of its lifetime, by one worker);
+- the rate: requests per second from the first to the last request and between the
+  10th and 90th percentile of arrivals (without start-up and tail), and the busiest
+  second (a sliding 1-second window of arrivals) against ``--rate``;
+- for each killed worker's chunk that was in flight: how long after the kill it was
+  recorded (taken over and recorded ``maybe_sent``);
+- the workers' CPU seconds per chunk, and the load average.
+
+With ``--kill-every 0 --no-restart`` it is the fleet's throughput at scale, undisturbed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import contextlib
+import itertools
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CLI = (sys.executable, "-m", "dispatch_async._cli")
+SECRET = "chaos-secret"
+PREFIX = "chaos:"
+
+
+# -- the simulator, in its own process -----------------------------------------------------
+
+
+def serve(latency: float, lifetime: float, out: Path) -> None:
+    """The simulator, noting arrivals; on SIGTERM it writes what it saw to *out*."""
+    from aiohttp import web
+
+    from dispatch_async.testing import FakeDispatchServer, serve_forever
+
+    class TimedServer(FakeDispatchServer):
+        token_times: list[float] = []  # noqa: RUF012 - one server per process
+        dispatch_times: list[float] = []  # noqa: RUF012
+
+        async def _token(self, request: web.Request) -> web.StreamResponse:
+            self.token_times.append(time.time())
+            return await super()._token(request)
+
+        async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+            self.dispatch_times.append(time.time())
+            return await super()._dispatch(request)
+
+    server = TimedServer(
+        client_secret=SECRET, latency=latency, token_lifetime=lifetime, fast_ids=True
+    )
+    asyncio.run(serve_forever(server))
+    stats = server.stats
+    seen = {
+        "token_times": server.token_times,
+        "dispatch_times": server.dispatch_times,
+        "received": sorted(stats.received),
+        "duplicates": dict(stats.duplicates),
+        "recipients_received": stats.recipients_received,
+        "unauthorized": stats.unauthorized,
+        "expired_token_uses": stats.expired_token_uses,
+    }
+    out.write_text(json.dumps(seen))
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cpu(pid: int) -> float:
+    """User+sys CPU seconds of process *pid* so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Redis:
+    """A throwaway redis-server with an append-only file, stopped and started at will."""
+
+    def __init__(self, data: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            sys.exit("redis-server is not on PATH (apt-get install -y redis-server)")
+        self.binary = binary
+        self.port = _free_port()
+        self.data = data
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(  # noqa: S603 - redis-server, fixed arguments
+            [
+                *(self.binary, "--bind", "127.0.0.1", "--port", str(self.port)),
+                *("--dir", str(self.data), "--appendonly", "yes", "--save", ""),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        for _ in range(500):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
+                return
+            time.sleep(0.02)
+        sys.exit("redis-server did not start")
+
+    def stop(self) -> None:
+        assert self.process is not None
+        self.process.terminate()  # a clean shutdown: the append-only file is flushed
+        self.process.wait(timeout=30)
+
+
+class Fleet:
+    """The worker processes, each reaped with its CPU time when it ends."""
+
+    def __init__(self, command: list[str], env: dict[str, str], logs: Path) -> None:
+        self.command = command
+        self.env = env
+        self.logs = logs
+        self.running: dict[int, subprocess.Popen[bytes]] = {}
+        self.cpu = 0.0
+        self.started = 0
+
+    def start(self) -> int:
+        self.started += 1
+        with open(self.logs / f"worker-{self.started}.log", "wb") as sink:
+            process = subprocess.Popen(  # noqa: S603 - our own programs
+                self.command, env=self.env, stdout=subprocess.DEVNULL, stderr=sink
+            )
+        self.running[process.pid] = process
+        return process.pid
+
+    def wait_started(self) -> None:
+        """Until every worker running has logged that it started (its session open)."""
+        deadline = time.monotonic() + 120
+        logs = [self.logs / f"worker-{i}.log" for i in range(1, self.started + 1)]
+        while not all(b" started: " in log.read_bytes() for log in logs):
+            if time.monotonic() > deadline:
+                sys.exit(f"the workers did not start: see {self.logs}")
+            time.sleep(0.1)
+
+    def kill(self, pid: int, signum: int = signal.SIGKILL) -> None:
+        process = self.running.pop(pid)
+        process.send_signal(signum)
+        _, _, usage = os.wait4(pid, 0)
+        process.returncode = -signum
+        self.cpu += usage.ru_utime + usage.ru_stime
+
+    def stop_all(self) -> None:
+        for pid in list(self.running):
+            self.kill(pid, signal.SIGTERM)
+
+
+def _poll(url: str, what: Any) -> Any:
+    """*what*(redis) once Redis answers (it may be restarting)."""
+    import redis
+    import redis.exceptions
+
+    while True:
+        try:
+            with redis.Redis.from_url(url) as client:
+                return what(client)
+        except (redis.exceptions.RedisError, OSError):
+            time.sleep(0.1)
+
+
+def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    sys.path.insert(0, str(HERE))
+    from cli import make_csv
+
+    source = tmp / "in.csv"
+    make_csv(source, args.rows)
+    chunks = -(-args.rows // args.chunk_size)
+    data = tmp / "redis"
+    data.mkdir()
+    store = Redis(data)
+    store.start()
+    seen_file = tmp / "seen.json"
+    simulator = subprocess.Popen(  # noqa: S603 - our own programs
+        [
+            *(sys.executable, __file__, "serve", str(args.latency), str(args.token_lifetime)),
+            str(seen_file),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert simulator.stdout is not None
+    base_url = simulator.stdout.readline().strip()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DISPATCH_BASE_URL": base_url,
+        "DISPATCH_CLIENT_SECRET": SECRET,
+        "DISPATCH_ACCOUNT": "chaos",
+    }
+    queue = ["--queue", store.url, "--key-prefix", PREFIX]
+    fleet = Fleet(
+        [
+            *(*CLI, "worker", *queue, "--max-jobs", str(args.max_jobs)),
+            *("--rate", str(args.rate), "--takeover-after", str(args.takeover_after), "-v"),
+        ],
+        env,
+        tmp,
+    )
+    for _ in range(args.workers):
+        fleet.start()
+    fleet.wait_started()
+    # From here on, the workers' CPU is the job's (and the replacements' start-ups).
+    fleet.cpu = -sum(_cpu(pid) for pid in fleet.running)
+    keys = f"{PREFIX}job:chaos"
+    state_key, owner_key, out_key = f"{keys}:state", f"{keys}:owner", f"{keys}:out"
+    producer = subprocess.Popen(  # noqa: S603 - our own programs
+        [*CLI, "send", "basic", "--text", "hi", "-i", str(source), "--chunk-size",
+         str(args.chunk_size), *queue, "--job", "chaos"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    started = time.time()
+    rnd = random.Random(27)
+    next_kill = started + args.kill_every if args.kill_every else float("inf")
+    restarted: float | None = None if args.restart else 0.0
+    waits: list[float] = []
+    watched: dict[bytes, float] = {}  # chunk in flight at a kill -> the kill's time
+    kills = 0
+    while True:
+        done = _poll(store.url, lambda r: r.hlen(out_key))
+        now = time.time()
+        if watched:
+            chunks_watched = list(watched)
+            states = _poll(store.url, lambda r, c=chunks_watched: r.hmget(state_key, c))
+            for chunk, state in zip(chunks_watched, states, strict=True):
+                if state == b"done":
+                    waits.append(now - watched.pop(chunk))
+        if done >= chunks:
+            break
+        if producer.poll() is not None and producer.returncode != 0:
+            sys.exit(f"the producer failed: {producer.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+        if now >= next_kill and fleet.running:
+            victim = rnd.choice(list(fleet.running))
+            fleet.kill(victim)
+            kills += 1
+            owners = _poll(store.url, lambda r: r.hgetall(owner_key))
+            states = _poll(store.url, lambda r: r.hgetall(state_key))
+            for chunk, owner in owners.items():
+                if owner.endswith(f":{victim}".encode()) and states.get(chunk) == b"in_flight":
+                    watched[chunk] = now
+            fleet.start()
+            next_kill = now + args.kill_every
+        if restarted is None and producer.poll() == 0 and done >= chunks / 3:
+            store.stop()
+            store.start()
+            restarted = time.time() - started
+        time.sleep(0.1)
+    ended = time.time()
+    producer.wait()
+    others = {"simulator": _cpu(simulator.pid), "redis": _cpu(store.process.pid)}  # type: ignore[union-attr]
+    fleet.stop_all()
+    output = tmp / "results.jsonl"
+    reported = subprocess.run(  # noqa: S603 - our own programs
+        [*CLI, "report", *queue, "--job", "chaos", "-o", str(output)],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    simulator.send_signal(signal.SIGTERM)
+    simulator.wait(timeout=60)
+    store.stop()
+    seen = json.loads(seen_file.read_text())
+    records = [json.loads(line) for line in output.read_bytes().splitlines()]
+    summary = _summary(args, records, seen, reported, fleet, chunks, started, ended, kills,
+                       waits, watched, restarted)  # fmt: skip
+    span = ended - started
+    summary["cpu_share_of_a_core"] = {
+        "workers": round(fleet.cpu / span, 2),
+        **{name: round(cpu / span, 2) for name, cpu in others.items()},
+    }
+    return summary
+
+
+def _summary(
+    args: argparse.Namespace,
+    records: list[dict[str, Any]],
+    seen: dict[str, Any],
+    reported: subprocess.CompletedProcess[str],
+    fleet: Fleet,
+    chunks: int,
+    started: float,
+    ended: float,
+    kills: int,
+    waits: list[float],
+    watched: dict[bytes, float],
+    restarted: float | None,
+) -> dict[str, Any]:
+    lines = Counter(r["line"] for r in records)
+    outcomes = Counter(r["outcome"] for r in records)
+    sent = {r["number"] for r in records if r["outcome"] == "sent"}
+    maybe = {r["number"] for r in records if r["outcome"] == "maybe_sent"}
+    invalid = {r["number"] for r in records if r["outcome"] == "invalid"}
+    received = set(seen["received"])
+    times = sorted(seen["dispatch_times"])
+    busiest = max(bisect.bisect_left(times, t + 1.0) - i for i, t in enumerate(times))
+    tokens = seen["token_times"]
+    span = times[-1] - times[0]
+    p10, p90 = times[len(times) // 10], times[len(times) * 9 // 10]
+    return {
+        "workers": args.workers,
+        "rows": args.rows,
+        "chunks": chunks,
+        "seconds": round(ended - started, 1),
+        "report_exit": reported.returncode,
+        "every_line_once": sorted(lines) == list(range(2, args.rows + 2))
+        and set(lines.values()) == {1},
+        "outcomes": dict(outcomes),
+        "numbers_received_twice": len(seen["duplicates"]),
+        "sent_all_received": sent <= received,
+        "received_all_accounted": received <= sent | maybe | invalid,
+        "unauthorized": seen["unauthorized"] + seen["expired_token_uses"],
+        "token_calls": len(tokens),
+        # Refresh-ahead replaces the token at 75-80% of its lifetime, by one process.
+        "gaps_between_token_calls_s": [round(b - a, 1) for a, b in itertools.pairwise(tokens)],
+        "requests": len(times),
+        "requests_per_second": round((len(times) - 1) / span, 1),
+        # Between the 10th and the 90th percentile of arrivals: without start-up and tail.
+        "requests_per_second_mid_run": round(0.8 * len(times) / (p90 - p10), 1),
+        "busiest_second": busiest,
+        "busiest_vs_limit": round(busiest / args.rate, 3),
+        "kills": kills,
+        "redis_restarted_at_s": None if restarted is None else round(restarted, 1),
+        "takeover_waits_s": sorted(round(w, 1) for w in waits),
+        "chunks_in_flight_at_a_kill_never_recorded": len(watched),
+        "worker_cpu_ms_per_chunk": round(fleet.cpu / chunks * 1000, 1),
+        "worker_processes": fleet.started,
+        "load_average": os.getloadavg(),
+    }
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "serve":
+        serve(float(sys.argv[2]), float(sys.argv[3]), Path(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int, default=20)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--chunk-size", type=int, default=100)
+    parser.add_argument("--rate", type=float, default=200)
+    parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument("--max-jobs", type=int, default=2)
+    parser.add_argument("--kill-every", type=float, default=1.5, help="0: no kills")
+    parser.add_argument("--takeover-after", type=float, default=5.0)
+    parser.add_argument("--token-lifetime", type=float, default=10.0)
+    parser.add_argument("--no-restart", dest="restart", action="store_false")
+    args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="dispatch-chaos-") as tmp:
+        summary = chaos(args, Path(tmp))
+    print(json.dumps(summary, indent=1))
+    ok = (
+        summary["every_line_once"]
+        and summary["numbers_received_twice"] == 0
+        and summary["sent_all_received"]
+        and summary["received_all_accounted"]
+        and not summary["chunks_in_flight_at_a_kill_never_recorded"]
+    )
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
