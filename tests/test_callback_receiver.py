@@ -21,6 +21,7 @@ from fastapi import FastAPI
 import dispatch_async as da
 from dispatch_async.callbacks import (
     CallbackReceiver,
+    CallbackServer,
     DeliveryEvent,
     DeliveryStatus,
     DeliveryTracker,
@@ -294,6 +295,12 @@ class TestConfiguration:
     def test_a_short_token_is_refused(self, tracker: DeliveryTracker) -> None:
         with pytest.raises(da.ConfigurationError, match="at least 16"):
             CallbackReceiver(tracker, token="short")
+
+    def test_an_empty_token_given_to_a_server_is_refused_not_replaced(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        with pytest.raises(da.ConfigurationError, match="at least 16"):
+            CallbackServer(tracker, token="")
 
     def test_an_unreadable_address_is_refused(self, tracker: DeliveryTracker) -> None:
         with pytest.raises(da.ConfigurationError, match=r"'example\.com'"):

@@ -158,6 +158,54 @@ class TestUsage:
         assert b"Traceback" not in err
 
 
+class TestEmptyToken:
+    """An empty token would make the server run with a random one nobody knows."""
+
+    async def serve(self, tmp_path: Path, *args: str, env: dict[str, str]) -> str:
+        """Its output once it exited 2 (bounded: the old server served on, unreachable)."""
+        base = {k: v for k, v in os.environ.items() if k != "DISPATCH_CALLBACK_TOKEN"}
+        store = str(tmp_path / "deliveries.sqlite3")
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND,
+            "--store",
+            store,
+            "--port",
+            "0",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**base, **env},
+        )
+        try:
+            async with asyncio.timeout(20):
+                out, err = await process.communicate()
+        except TimeoutError:
+            process.kill()
+            await process.communicate()
+            raise AssertionError("it served with a token nobody knows") from None
+        text = (out + err).decode()
+        assert process.returncode == 2, text
+        assert "Traceback" not in text
+        return text
+
+    async def test_an_empty_token_file_is_refused_naming_it(self, tmp_path: Path) -> None:
+        token_file = tmp_path / "deliveries.sqlite3.token"
+        await asyncio.to_thread(token_file.write_text, "\n")
+        out = await self.serve(tmp_path, env={})
+        assert f"the token file {token_file} is empty" in out
+
+    async def test_a_blank_token_variable_is_refused_naming_it(self, tmp_path: Path) -> None:
+        out = await self.serve(tmp_path, env={"DISPATCH_CALLBACK_TOKEN": "  "})
+        assert "$DISPATCH_CALLBACK_TOKEN is empty" in out
+
+    async def test_a_made_token_file_is_whole_and_leaves_no_scratch(self, tmp_path: Path) -> None:
+        async with receiver_process(tmp_path / "deliveries.sqlite3") as receiver:
+            pass
+        assert len(receiver.token) >= 43
+        names = await asyncio.to_thread(lambda: sorted(p.name for p in tmp_path.iterdir()))
+        assert not [n for n in names if n.endswith(".tmp")]
+
+
 def test_the_command_is_listed() -> None:
     import subprocess
 

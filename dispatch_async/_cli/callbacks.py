@@ -106,7 +106,7 @@ def serve(**options: Any) -> None:
     config = ServeConfig(**options, allowed_ips=allowed_ips)
     if (config.store is None) == (config.redis is None):
         raise click.UsageError("give --store FILE or --redis URL (one of them)")
-    if config.store is None and config.token_file is None and not os.environ.get(_TOKEN_VARIABLE):
+    if config.store is None and config.token_file is None and _TOKEN_VARIABLE not in os.environ:
         raise click.UsageError(f"with --redis, give --token-file FILE or ${_TOKEN_VARIABLE}")
     raise SystemExit(asyncio.run(run_serve(config)))
 
@@ -204,15 +204,42 @@ def _store(store: Path | None, redis: str | None, key_prefix: str) -> DeliverySt
 
 
 def _token(config: ServeConfig) -> str:
+    """The token, from the environment or the token file (made once if missing).
+
+    An empty one is refused: the server would otherwise run with a token nobody knows.
+    """
     given = os.environ.get(_TOKEN_VARIABLE)
-    if given and config.token_file is None:
+    if given is not None and config.token_file is None:
+        if not given.strip():
+            raise da.ConfigurationError(f"${_TOKEN_VARIABLE} is empty")
         return given.strip()
     path = _token_file(config)
-    with contextlib.suppress(FileExistsError):
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    if not path.exists():
+        _make_token_file(path)
+    token = path.read_text().strip()
+    if not token:
+        raise da.ConfigurationError(f"the token file {path} is empty")
+    return token
+
+
+def _make_token_file(path: Path) -> None:
+    """A new private token file, whole or not at all: written aside, then linked in."""
+    scratch = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
         with os.fdopen(descriptor, "w") as file:
             file.write(CallbackReceiver.new_token() + "\n")
-    return path.read_text().strip()
+            file.flush()
+            os.fsync(file.fileno())
+        with contextlib.suppress(FileExistsError):  # another process made it first
+            os.link(scratch, path)
+    finally:
+        scratch.unlink(missing_ok=True)
+    directory = os.open(path.absolute().parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def _token_file(config: ServeConfig) -> Path:
@@ -223,6 +250,6 @@ def _token_file(config: ServeConfig) -> Path:
 
 
 def _token_source(config: ServeConfig) -> str:
-    if os.environ.get(_TOKEN_VARIABLE) and config.token_file is None:
+    if os.environ.get(_TOKEN_VARIABLE) is not None and config.token_file is None:
         return f"${_TOKEN_VARIABLE}"
     return str(_token_file(config))
