@@ -205,12 +205,26 @@ class TestOneReferenceOneRecipient:
         self, tracker: DeliveryTracker
     ) -> None:
         number = numbers(1)[0]
-        result, _ = await maybe_sent_result([number, number, number])
+        result, _ = await maybe_sent_result([number, number])
         await record(tracker, "late", number, at="2024-07-01T12:00:02Z")
         await record(tracker, "early", number, at="2024-07-01T12:00:01Z")
         resolution = await resolve_maybe_sent(result, tracker, campaign_name=CAMPAIGN)
         assert [(m.id, m.position) for m in resolution.confirmed] == [("early", 0), ("late", 1)]
-        assert [f.position for f in resolution.unconfirmed] == [2]
+        assert resolution.unconfirmed == []
+
+    async def test_fewer_references_than_recipients_of_a_number_confirm_none_of_them(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        # Which rows went is not known (their content may differ): a wrong guess would
+        # mark a message sent that never was.
+        number, other = numbers(2)
+        result, _ = await maybe_sent_result([number, number, number, other])
+        await record(tracker, "late", number, at="2024-07-01T12:00:02Z")
+        await record(tracker, "early", number, at="2024-07-01T12:00:01Z")
+        await record(tracker, "other", other)
+        resolution = await resolve_maybe_sent(result, tracker, campaign_name=CAMPAIGN)
+        assert [(m.id, m.position) for m in resolution.confirmed] == [("other", 3)]
+        assert [f.position for f in resolution.unconfirmed] == [0, 1, 2]
 
     async def test_recipients_certainly_not_sent_are_left_alone(
         self, tracker: DeliveryTracker

@@ -80,7 +80,9 @@ async def resolve_maybe_sent(
 
     Returns:
         The confirmed and the still unknown recipients. Two recipients with the same
-        number take one callback reference each, in input order, oldest message first.
+        number take one callback reference each, in input order, oldest message first;
+        when a number has fewer usable references than recipients, none of them is
+        confirmed (which ones went is not known).
     """
     taken: set[str] = set(known_ids)
     if isinstance(failed, DispatchResult):
@@ -96,18 +98,18 @@ async def resolve_maybe_sent(
     states: dict[str, MessageState] = {}
     for digits, recipients in by_number.items():
         found = await tracker.messages_for(digits, campaign_name) if digits else []
-        usable = iter(
+        usable = [
             state
             for state in found
             if state.reference not in taken
             and state.status.confirms_sent
             and (sent_after is None or state.first_event_at >= sent_after)
-        )
-        for recipient in recipients:
-            state = next(usable, None)
-            if state is None:
-                unconfirmed.append(recipient)
-                continue
+        ]
+        if len(usable) < len(recipients):
+            # Which of them went is not known: a wrong guess is a message lost.
+            unconfirmed.extend(recipients)
+            continue
+        for recipient, state in zip(recipients, usable, strict=False):
             taken.add(state.reference)
             states[state.reference] = state
             confirmed.append(
