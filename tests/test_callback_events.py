@@ -112,6 +112,12 @@ class TestStrict:
         assert caught.value.status == 400
         assert isinstance(caught.value, ValueError)
 
+    def test_a_body_nested_too_deeply_to_store_is_a_400(self) -> None:
+        deep = b'{"reference":"r","message":' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"
+        with pytest.raises(da.DeliveryEventError, match="nested too deeply") as caught:
+            parse_event(deep)
+        assert caught.value.status == 400
+
     def test_the_refusal_never_quotes_the_body(self) -> None:
         with pytest.raises(da.DeliveryEventError) as caught:
             parse_event(b'{"user_id": "5511987654321"}')

@@ -175,4 +175,7 @@ def _canonical(data: Mapping[str, Any]) -> bytes:
     # The same event re-delivered may come with its fields in another order or spacing,
     # or a null field left out: its canonical form is the same.
     present = {k: v for k, v in data.items() if v is not None}
-    return orjson.dumps(present, option=orjson.OPT_SORT_KEYS)
+    try:
+        return orjson.dumps(present, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes (254 levels)
+        raise DeliveryEventError("the callback body is nested too deeply") from None
