@@ -83,6 +83,12 @@ class TestLenient:
         assert event.message is None
         assert event.extra == {"channel": ["RCS"], "message": "oi"}
 
+    def test_events_without_extra_fields_share_no_writable_mapping(self) -> None:
+        first, second = parse_event(body()), parse_event(body(reference="m-2"))
+        with pytest.raises(TypeError):
+            first.extra["added"] = 1  # type: ignore[index]
+        assert second.extra == {}
+
     def test_to_json_gives_back_what_was_sent(self) -> None:
         sent = orjson.loads(body(message={"text": "oi"}, attempt=2))
         sent.pop("session_id")  # null: the same as absent

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 import attrs
@@ -32,7 +33,8 @@ _TEXT_FIELDS: Final = (
     "type",
 )
 _KNOWN: Final = frozenset({"reference", "message", *_TEXT_FIELDS})
-_EMPTY: Final[Mapping[str, Any]] = {}
+#: The ``extra`` of every event without any: read-only, since all of them share it.
+_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 @attrs.frozen
