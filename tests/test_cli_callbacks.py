@@ -206,6 +206,17 @@ class TestEmptyToken:
         assert not [n for n in names if n.endswith(".tmp")]
 
 
+@pytest.mark.parametrize("command", ["serve", "reconcile"])
+def test_the_key_prefix_comes_from_where_every_command_takes_it(command: str) -> None:
+    from click.testing import CliRunner
+
+    from dispatch_async._cli.commands import cli as main
+
+    done = CliRunner().invoke(main, ["callbacks", command, "--help"], terminal_width=200)
+    assert done.exit_code == 0, done.output
+    assert "[DISPATCH_KEY_PREFIX]" in done.output
+
+
 def test_the_command_is_listed() -> None:
     import subprocess
 

@@ -30,6 +30,7 @@ from dispatch_async.callbacks import (
     SQLiteDeliveryStore,
 )
 
+from .options import prefix_option
 from .reconcile import reconcile as reconcile_results
 from .spec import Problem
 
@@ -67,18 +68,12 @@ _store_option = click.option(
 _redis_option = click.option(
     "--redis", metavar="URL", help="Or a Redis store (a fleet of receivers)."
 )
-_key_prefix_option = click.option(
-    "--key-prefix",
-    default=da.DEFAULT_KEY_PREFIX,
-    show_default=True,
-    help="With --redis: every key starts with it.",
-)
 
 
 @callbacks.command()
 @_store_option
 @_redis_option
-@_key_prefix_option
+@prefix_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option("--path", default="/callbacks", show_default=True, help="Where the URL starts.")
@@ -159,7 +154,7 @@ async def run_serve(config: ServeConfig) -> int:
 )
 @_store_option
 @_redis_option
-@_key_prefix_option
+@prefix_option
 @click.option("--campaign-name", required=True, help="The job's --campaign-name.")
 def reconcile(
     results: Path, store: Path | None, redis: str | None, key_prefix: str, campaign_name: str

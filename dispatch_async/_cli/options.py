@@ -134,7 +134,7 @@ prefix_option = click.option(
     default=DEFAULTS.key_prefix,
     show_default=True,
     envvar="DISPATCH_KEY_PREFIX",
-    help="Every Redis key of the queue starts with it [DISPATCH_KEY_PREFIX].",
+    help="Every Redis key (queue, tokens, deliveries) starts with it [DISPATCH_KEY_PREFIX].",
 )
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 verbose_option = click.option(
