@@ -22,6 +22,10 @@ from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
 from .conftest import SECRET, numbers, session_for
 from .receiver_process import COMMAND, receiver_process
 
+MAYBE_SENT_RECORD = (
+    '{"line":2,"number":"+5511987654321","outcome":"maybe_sent","error":"500",'
+    '"error_type":"ServerError"}\n'
+)
 EVENT = {
     "reference": "m-1",
     "campaign_name": "july",
@@ -370,10 +374,45 @@ class TestReconcile:
         )
         assert "3 still maybe_sent" in out
 
+    async def test_a_store_that_does_not_exist_is_refused_not_made(self, tmp_path: Path) -> None:
+        results = tmp_path / "results.jsonl"
+        await asyncio.to_thread(results.write_text, MAYBE_SENT_RECORD)
+        store = tmp_path / "delivreies.sqlite3"
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=2,
+        )
+        assert f"--store {store} does not exist" in out
+        assert not await asyncio.to_thread(store.exists)
+
+    async def test_warns_when_the_store_has_nothing_of_the_campaign(self, tmp_path: Path) -> None:
+        results, store, _ = await self.job(tmp_path, CallbackPlan(seed=2))
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-l",
+            expect=1,
+        )
+        assert "no message of campaign 'job-l'" in out
+
     async def test_an_unfinished_job_is_refused(self, tmp_path: Path) -> None:
         results = tmp_path / "results.jsonl"
         await asyncio.to_thread(results.write_text, "")
         await asyncio.to_thread((tmp_path / "results.jsonl.pending").write_text, "x\n")
+        async with DeliveryTracker(tmp_path / "d.sqlite3"):
+            pass
         out = await cli(
             "callbacks",
             "reconcile",

@@ -168,6 +168,9 @@ def reconcile(
     """
     if (store is None) == (redis is None):
         raise click.UsageError("give --store FILE or --redis URL (one of them)")
+    if store is not None and not store.is_file():
+        # A mistyped name would make an empty store, and report nothing confirmed.
+        raise click.UsageError(f"--store {store} does not exist: give the receiver's file")
     raise SystemExit(
         asyncio.run(run_reconcile(results, _store(store, redis, key_prefix), campaign_name))
     )
@@ -178,6 +181,12 @@ async def run_reconcile(results: Path, store: DeliveryStore, campaign_name: str)
     try:
         async with DeliveryTracker(store) as tracker:
             done = await reconcile_results(results, tracker, campaign_name)
+            if done.maybe_sent and not await tracker.counts(campaign_name):
+                click.echo(
+                    f"warning: the store has no message of campaign {campaign_name!r}: "
+                    "is it the job's store, and its --campaign-name?",
+                    err=True,
+                )
     except Problem as problem:
         click.echo(f"Error: {problem.message}", err=True)
         return problem.exit_code
