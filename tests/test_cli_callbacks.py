@@ -407,6 +407,49 @@ class TestReconcile:
         )
         assert "no message of campaign 'job-l'" in out
 
+    async def test_a_resume_refused_while_it_runs_leaves_no_journal_behind(
+        self, tmp_path: Path
+    ) -> None:
+        from dispatch_async._cli.reconcile import _locked
+
+        results, store, _ = await self.job(tmp_path, CallbackPlan(read=0.0, seed=2))
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")},
+                "DISPATCH_BASE_URL": server.url,
+                "DISPATCH_CLIENT_SECRET": SECRET,
+                "DISPATCH_ACCOUNT": "acme",
+            }
+            with _locked(results):  # what reconcile holds while it runs
+                out = await cli(
+                    "send",
+                    "basic",
+                    "--text",
+                    "oi",
+                    "-i",
+                    tmp_path / "in.csv",
+                    "-o",
+                    results,
+                    "--resume",
+                    "-q",
+                    env=env,
+                    expect=2,
+                )
+        assert "another dispatch-async run" in out
+        assert not await asyncio.to_thread((tmp_path / "results.jsonl.pending").exists)
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=0,
+        )
+        assert "3 confirmed" in out
+
     async def test_an_unfinished_job_is_refused(self, tmp_path: Path) -> None:
         results = tmp_path / "results.jsonl"
         await asyncio.to_thread(results.write_text, "")

@@ -58,6 +58,7 @@ async def reconcile(results: Path, tracker: DeliveryTracker, campaign_name: str)
     """
     _check(results)
     with _locked(results):
+        _check(results)  # again: a send --resume may have started before the lock
         failed, known = _read(results)
         resolution = await resolve_maybe_sent(
             failed, tracker, campaign_name=campaign_name, known_ids=known
