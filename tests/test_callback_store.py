@@ -133,6 +133,25 @@ class TestLifecycle:
             await tracker.open()
 
 
+class TestConfiguration:
+    @pytest.mark.parametrize(
+        ("setting", "value"),
+        [
+            ("max_batch", 0),
+            ("max_batch", -1),
+            ("max_batch", 1.5),
+            ("poll_interval", 0),
+            ("poll_interval", -1.0),
+            ("poll_interval", float("nan")),
+        ],
+    )
+    def test_a_setting_that_would_stall_it_is_refused_by_name(
+        self, path: Path, setting: str, value: object
+    ) -> None:
+        with pytest.raises(da.ConfigurationError, match=setting):
+            DeliveryTracker(path, **{setting: value})  # type: ignore[arg-type]
+
+
 def _is_open(connection: sqlite3.Connection) -> bool:
     try:
         connection.total_changes  # noqa: B018 - raises once closed

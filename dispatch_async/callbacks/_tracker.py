@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -19,7 +20,12 @@ from functools import partial
 from types import TracebackType
 from typing import Final, Self, TypeVar
 
-from .._exceptions import DeliveryStoreError, DispatchError, SessionClosedError
+from .._exceptions import (
+    ConfigurationError,
+    DeliveryStoreError,
+    DispatchError,
+    SessionClosedError,
+)
 from ._events import DeliveryEvent
 from ._sqlite import SQLiteDeliveryStore
 from ._status import DeliveryStatus
@@ -71,6 +77,10 @@ class DeliveryTracker:
         max_batch: int = DEFAULT_MAX_BATCH,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> None:
+        if type(max_batch) is not int or max_batch < 1:
+            raise ConfigurationError(f"max_batch must be a whole number >= 1, not {max_batch!r}")
+        if not isinstance(poll_interval, int | float) or not 0 < poll_interval < math.inf:
+            raise ConfigurationError(f"poll_interval must be seconds > 0, not {poll_interval!r}")
         self.store: DeliveryStore = (
             SQLiteDeliveryStore(store) if isinstance(store, str | os.PathLike) else store
         )
