@@ -162,6 +162,18 @@ class TestUsage:
         assert b"Traceback" not in err
 
 
+class TestSecretsStayPrivate:
+    def test_the_journal_holding_the_callback_url_is_private(self, tmp_path: Path) -> None:
+        from dispatch_async._cli.journal import JobFiles
+
+        files = JobFiles(tmp_path / "results.jsonl", max_line=10, options=b'{"callback":"x"}')
+        files.start(resume=False, resend_maybe_sent=False, dedupe=None)
+        try:
+            assert stat.S_IMODE(files.journal.stat().st_mode) == 0o600
+        finally:
+            files.close()
+
+
 class TestEmptyToken:
     """An empty token would make the server run with a random one nobody knows."""
 
@@ -238,7 +250,7 @@ class TestReconcile:
     records, and the callbacks the simulator posted meanwhile to `callbacks serve`."""
 
     async def job(
-        self, tmp_path: Path, plan: CallbackPlan
+        self, tmp_path: Path, plan: CallbackPlan, *, url_in_env: bool = False
     ) -> tuple[Path, Path, FakeDispatchServer]:
         store = tmp_path / "deliveries.sqlite3"
         results = tmp_path / "results.jsonl"
@@ -255,6 +267,9 @@ class TestReconcile:
                 "DISPATCH_CLIENT_SECRET": SECRET,
                 "DISPATCH_ACCOUNT": "acme",
             }
+            callback = ("--callback", receiver.url)
+            if url_in_env:
+                env["DISPATCH_CALLBACK_URL"], callback = receiver.url, ()
             await cli(
                 "send",
                 "basic",
@@ -268,8 +283,7 @@ class TestReconcile:
                 "3",
                 "--campaign-name",
                 "job-1",
-                "--callback",
-                receiver.url,
+                *callback,
                 "-q",
                 env=env,
                 expect=1,
@@ -331,6 +345,13 @@ class TestReconcile:
             expect=0,
         )
         assert not any(n in exported for n in numbers(6))
+
+    async def test_the_callback_url_can_come_from_the_environment_not_argv(
+        self, tmp_path: Path
+    ) -> None:
+        _, store, _ = await self.job(tmp_path, CallbackPlan(read=0.0, seed=2), url_in_env=True)
+        async with DeliveryTracker(store) as tracker:
+            assert sum((await tracker.counts("job-1")).values()) == 6
 
     async def test_without_callbacks_records_stay_maybe_sent(self, tmp_path: Path) -> None:
         results, store, _ = await self.job(tmp_path, CallbackPlan(drop=1.0))

@@ -124,7 +124,8 @@ class JobFiles:
         ours = False  # a journal this run created and locked: removed again on failure
         try:
             existed = self.journal.exists()
-            self._journal = os.open(self.journal, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            # Private: its header holds the job's options, the callback URL's token with them.
+            self._journal = os.open(self.journal, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
             self._lock(self._journal)
             # Refused after this (another run holds the output): leave no empty journal,
             # which would make the finished job look unfinished.

@@ -252,7 +252,13 @@ send_options = _options(
     ),
     click.option("--campaign-name", help="Label for the batch."),
     click.option("--fallback-sms", metavar="TEXT", help="SMS text when the main channel fails."),
-    click.option("--callback", metavar="URL", help="Callback address sent with each request."),
+    click.option(
+        "--callback",
+        metavar="URL",
+        envvar="DISPATCH_CALLBACK_URL",
+        help="Callback address sent with each request [DISPATCH_CALLBACK_URL: keeps its "
+        "token out of ps].",
+    ),
     connection_options,
     click.option(
         "--chunk-size",
