@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Final, Self
 
 from aiohttp import web
 
@@ -20,6 +20,9 @@ from ._receiver import DEFAULT_MAX_BODY_BYTES, CallbackReceiver
 from ._tracker import DeliveryTracker
 
 __all__ = ["CallbackServer"]
+
+#: Seconds a stop waits for answers under way (aiohttp's default is a minute).
+_SHUTDOWN_SECONDS: Final = 5.0
 
 
 class CallbackServer:
@@ -95,7 +98,10 @@ class CallbackServer:
         self._runner = runner
         try:
             await runner.setup()
-            await web.TCPSite(runner, self.host, self.port, backlog=1024).start()
+            site = web.TCPSite(
+                runner, self.host, self.port, backlog=1024, shutdown_timeout=_SHUTDOWN_SECONDS
+            )
+            await site.start()
         except BaseException:
             await self.aclose()
             raise
