@@ -250,11 +250,13 @@ class TestReconcile:
     records, and the callbacks the simulator posted meanwhile to `callbacks serve`."""
 
     async def job(
-        self, tmp_path: Path, plan: CallbackPlan, *, url_in_env: bool = False
+        self, tmp_path: Path, plan: CallbackPlan, *, url_in_env: bool = False, local: bool = False
     ) -> tuple[Path, Path, FakeDispatchServer]:
+        """*local*: the input has the numbers without +55, sent with --prevalidate."""
         store = tmp_path / "deliveries.sqlite3"
         results = tmp_path / "results.jsonl"
-        rows = "number\n" + "".join(f"{n}\n" for n in numbers(6))
+        written = [n[3:] if local else n for n in numbers(6)]
+        rows = "number\n" + "".join(f"{n}\n" for n in written)
         await asyncio.to_thread((tmp_path / "in.csv").write_text, rows)
         async with (
             receiver_process(store) as receiver,
@@ -268,6 +270,8 @@ class TestReconcile:
                 "DISPATCH_ACCOUNT": "acme",
             }
             callback = ("--callback", receiver.url)
+            if local:
+                callback += ("--prevalidate", "--region", "BR")
             if url_in_env:
                 env["DISPATCH_CALLBACK_URL"], callback = receiver.url, ()
             await cli(
@@ -352,6 +356,27 @@ class TestReconcile:
         _, store, _ = await self.job(tmp_path, CallbackPlan(read=0.0, seed=2), url_in_env=True)
         async with DeliveryTracker(store) as tracker:
             assert sum((await tracker.counts("job-1")).values()) == 6
+
+    async def test_confirms_local_numbers_sent_in_e164_by_prevalidate(self, tmp_path: Path) -> None:
+        results, store, _ = await self.job(tmp_path, CallbackPlan(read=0.0, seed=2), local=True)
+        before = records_by_line(results)
+        assert [before[line].get("sent_as") for line in (5, 6, 7)] == numbers(6)[3:]
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=0,
+        )
+        assert "3 confirmed sent by callbacks, 0 still maybe_sent" in out
+        after = records_by_line(results)
+        for line, number in zip((5, 6, 7), numbers(6)[3:], strict=True):
+            assert after[line]["outcome"] == "sent"
+            assert (after[line]["number"], after[line]["sent_as"]) == (number[3:], number)
 
     async def test_without_callbacks_records_stay_maybe_sent(self, tmp_path: Path) -> None:
         results, store, _ = await self.job(tmp_path, CallbackPlan(drop=1.0))

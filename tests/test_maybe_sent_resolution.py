@@ -177,6 +177,23 @@ class TestSilenceProvesNothing:
         assert [f.position for f in resolution.unconfirmed] == [0]
 
 
+class TestPrevalidatedNumbers:
+    async def test_a_local_number_sent_in_e164_is_matched_through_the_region(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        number = numbers(1)[0]
+        local = number[3:]  # as a spreadsheet holds it; prevalidate sent +55...
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            server.script(Fault.status(500))
+            async with session_for(server, prevalidate=True, region="BR") as session:
+                result = await session.send_basic([local], text="oi", campaign_name=CAMPAIGN)
+        await record(tracker, "r-1", number)
+        unmatched = await resolve_maybe_sent(result, tracker, campaign_name=CAMPAIGN)
+        assert unmatched.confirmed == []
+        resolution = await resolve_maybe_sent(result, tracker, campaign_name=CAMPAIGN, region="BR")
+        assert [(m.id, m.number) for m in resolution.confirmed] == [("r-1", local)]
+
+
 class TestOneReferenceOneRecipient:
     async def test_an_id_the_answer_gave_is_never_taken_again(
         self, tracker: DeliveryTracker

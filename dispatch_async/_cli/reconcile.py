@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -65,11 +65,23 @@ async def reconcile(results: Path, tracker: DeliveryTracker, campaign_name: str)
         )
         if resolution.confirmed:
             replaced = {
-                m.position: sent_record(m.position, m.number, m.id) + b"\n"
+                m.position: sent_record(m.position, _written(m), m.id, _as_sent(m)) + b"\n"
                 for m in resolution.confirmed
             }
             _rewrite(results, replaced)
     return Reconciled(len(failed), len(resolution.confirmed))
+
+
+#: The ``ref`` key under which a recipient keeps its number as the record wrote it.
+_WRITTEN = "written"
+
+
+def _written(message: da.ValidMessage) -> str:
+    return str((message.ref or {}).get(_WRITTEN, message.number))
+
+
+def _as_sent(message: da.ValidMessage) -> Callable[[str], str]:
+    return lambda _written: message.number
 
 
 def _check(results: Path) -> None:
@@ -99,7 +111,11 @@ def _read(results: Path) -> tuple[list[da.FailedRecipient], set[str]]:
             known.add(id_)
         elif outcome == "maybe_sent" and isinstance(number, str) and number:
             error = da.DispatchError(str(record.get("error", "maybe sent")), maybe_sent=True)
-            failed.append(da.FailedRecipient(da.Recipient(number), error, True, position=line))
+            # The callbacks carry the number as sent (--prevalidate's E.164), kept in ref.
+            sent_as = record.get("sent_as")
+            wire = sent_as if isinstance(sent_as, str) and sent_as else number
+            recipient = da.Recipient(wire, ref={_WRITTEN: number})
+            failed.append(da.FailedRecipient(recipient, error, True, position=line))
     return failed, known
 
 

@@ -200,7 +200,12 @@ class SendJob:
         )
         records = [
             failed_record(
-                r.line, r.number, maybe_sent=maybe_sent, error=why, error_type="Interrupted"
+                r.line,
+                r.number,
+                maybe_sent=maybe_sent,
+                error=why,
+                error_type="Interrupted",
+                wire=self._wire,
             )
             for r in rows
         ]

@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
+from .._e164 import to_e164
 from .._models import DispatchResult, FailedRecipient, ValidMessage, valid_messages
 from ._events import number_key
 from ._store import MessageState
@@ -63,6 +64,7 @@ async def resolve_maybe_sent(
     campaign_name: str,
     sent_after: dt.datetime | None = None,
     known_ids: Collection[str] = (),
+    region: str | None = None,
 ) -> MaybeSentResolution:
     """Confirm the ``maybe_sent`` recipients the service's callbacks show it acted on.
 
@@ -77,6 +79,9 @@ async def resolve_maybe_sent(
             the service's.
         known_ids: ids the service already gave for other recipients of the job (read
             back from a results file, say): never taken for a ``maybe_sent`` one.
+        region: the call's ``region`` when it was sent with ``prevalidate``: a number
+            written without ``+`` went out in E.164 through it, and its callbacks carry
+            that form (needs the ``phonenumbers`` extra, as ``prevalidate`` does).
 
     Returns:
         The confirmed and the still unknown recipients. Two recipients with the same
@@ -92,7 +97,10 @@ async def resolve_maybe_sent(
         candidates = [f for f in failed if f.maybe_sent]
     by_number: dict[str, list[FailedRecipient]] = {}
     for recipient in sorted(candidates, key=lambda f: f.position):
-        by_number.setdefault(number_key(recipient.recipient.number), []).append(recipient)
+        number = recipient.recipient.number
+        if region is not None:
+            number = to_e164(number, region) or number
+        by_number.setdefault(number_key(number), []).append(recipient)
     confirmed: list[ValidMessage] = []
     unconfirmed: list[FailedRecipient] = []
     states: dict[str, MessageState] = {}
