@@ -94,14 +94,13 @@ class CallbackServer:
         app = web.Application()
         route = f"{self.path.rstrip('/')}/{{token}}"
         app.router.add_route("*", route, aiohttp_handler(self.receiver))
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=_SHUTDOWN_SECONDS
+        )
         self._runner = runner
         try:
             await runner.setup()
-            site = web.TCPSite(
-                runner, self.host, self.port, backlog=1024, shutdown_timeout=_SHUTDOWN_SECONDS
-            )
-            await site.start()
+            await web.TCPSite(runner, self.host, self.port, backlog=1024).start()
         except BaseException:
             await self.aclose()
             raise
