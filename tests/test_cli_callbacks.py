@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 import pytest
 
-from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker
+from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker, parse_event
 from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
 
 from .conftest import SECRET, numbers, session_for
@@ -419,6 +419,59 @@ class TestReconcile:
             expect=1,
         )
         assert "3 still maybe_sent" in out
+
+    async def test_callbacks_from_before_the_run_confirm_nothing(self, tmp_path: Path) -> None:
+        results, _, _ = await self.job(tmp_path, CallbackPlan(read=0.0, seed=2))
+        assert all("since" in records_by_line(results)[line] for line in (5, 6, 7))
+        old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+        record = (
+            '{"line":2,"number":"+5511987654321","outcome":"maybe_sent","error":"500",'
+            '"error_type":"ServerError","since":"2026-01-01T00:00:00+00:00"}\n'
+        )
+        await asyncio.to_thread(old.write_text, record)
+        await asyncio.to_thread(new.write_text, record)
+        events = tmp_path / "events.sqlite3"
+        async with DeliveryTracker(events) as tracker:
+            body = {**EVENT, "campaign_name": "pix", "direction": "outbound", "type": "basic"}
+            await tracker.record(
+                parse_event(
+                    orjson.dumps(
+                        {**body, "reference": "OLD-1", "timestamp": "2025-01-01T09:00:00Z"}
+                    )
+                )
+            )
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            old,
+            "--store",
+            events,
+            "--campaign-name",
+            "pix",
+            expect=1,
+        )
+        assert "0 confirmed" in out
+        async with DeliveryTracker(events) as tracker:
+            await tracker.record(
+                parse_event(
+                    orjson.dumps(
+                        {**body, "reference": "NEW-1", "timestamp": "2026-01-01T00:00:01Z"}
+                    )
+                )
+            )
+        await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            new,
+            "--store",
+            events,
+            "--campaign-name",
+            "pix",
+            expect=0,
+        )
+        assert records_by_line(new)[2]["id"] == "NEW-1"
 
     async def test_a_store_that_does_not_exist_is_refused_not_made(self, tmp_path: Path) -> None:
         results = tmp_path / "results.jsonl"

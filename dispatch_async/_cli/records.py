@@ -92,17 +92,23 @@ def failed_record(
     error: str,
     error_type: str,
     wire: Callable[[str], str] | None = None,
+    since: str | None = None,
 ) -> bytes:
     """The record of a recipient with no answer: ``maybe_sent`` or ``not_sent``.
 
     *wire*: see ``sent_record``; a ``maybe_sent`` record says ``"sent_as"`` too, the
-    number its callbacks would carry.
+    number its callbacks would carry, and ``"since"``, when the run that may have sent
+    it started (*since*, ISO 8601): callbacks from before it are not its.
     """
     outcome = b"maybe_sent" if maybe_sent else b"not_sent"
     record = _FAILED % (line, _dumps(number), outcome, _dumps(error), _dumps(error_type))
-    sent = _rewritten(number, wire) if maybe_sent else None
+    if not maybe_sent:
+        return record
+    sent = _rewritten(number, wire)
     if sent is not None:
         record = record[:-1] + b',"sent_as":' + _dumps(sent) + b"}"
+    if since is not None:
+        record = record[:-1] + b',"since":' + _dumps(since) + b"}"
     return record
 
 
@@ -121,13 +127,15 @@ def part_records(
     explain: Explain = _as_is,
     wire: Callable[[str], str] | None = None,
     failures: list[Failure] | None = None,
+    since: str | None = None,
 ) -> tuple[list[bytes], Counter[str]]:
     """One record per row of *part* (its sendable rows, in input order), and the counts.
 
     The SDK names each outcome by the number as given; a number can stand on several
     rows (with other vars), so repeats are matched in input order. A row the part does
     not mention (the SDK accounts for every one: this is a bug guard) is ``maybe_sent``.
-    *wire*: see ``sent_record``. *failures* gets each row the service failed on.
+    *wire*: see ``sent_record``, *since*: ``failed_record``. *failures* gets each row
+    the service failed on.
     """
     if not part.failed and wire is None:
         quick = _column_records(rows, part.valid, part.invalid)
@@ -153,7 +161,13 @@ def part_records(
             line = rows[at].line
             append(
                 failed_record(
-                    line, number, maybe_sent=maybe, error=error, error_type=kind, wire=wire
+                    line,
+                    number,
+                    maybe_sent=maybe,
+                    error=error,
+                    error_type=kind,
+                    wire=wire,
+                    since=since,
                 )
             )
             counts["maybe_sent" if maybe else "not_sent"] += 1
@@ -171,6 +185,7 @@ def part_records(
                 error="the SDK gave no outcome for this row",
                 error_type="Interrupted",
                 wire=wire,
+                since=since,
             )
         )
     counts["maybe_sent"] += len(left)
