@@ -77,6 +77,13 @@ class TracksOneMessage:
         assert state.first_event_at == state.last_event_at == utc("2024-07-01T12:00:00+00:00")
         assert state.events == 1
 
+    async def test_events_made_by_hand_are_each_stored(self, tracker: DeliveryTracker) -> None:
+        first, second = reference(), reference()
+        await tracker.record(DeliveryEvent(reference=first, status=S.DELIVERED))
+        await tracker.record(DeliveryEvent(reference=second, status=S.READ))
+        await tracker.record(DeliveryEvent(reference=second, status=S.DELIVERED))
+        assert [len(await tracker.events(r)) for r in (first, second)] == [1, 2]
+
     async def test_an_unknown_reference_has_no_state(self, tracker: DeliveryTracker) -> None:
         assert await tracker.message(reference()) is None
         assert await tracker.events(reference()) == []

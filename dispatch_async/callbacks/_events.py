@@ -65,9 +65,18 @@ class DeliveryEvent:
     key: str = attrs.field(default="", repr=False)
     canonical: bytes = attrs.field(default=b"", repr=False, eq=False)
     """The event as JSON, keys sorted and null fields left out (what ``key`` digests;
-    what a store keeps). Empty for an event made by hand."""
+    what a store keeps); made from the fields for an event made by hand."""
     received_at: dt.datetime | None = attrs.field(default=None, repr=False, eq=False)
     """When a store received it (None for an event just parsed)."""
+
+    def __attrs_post_init__(self) -> None:
+        # An event made by hand gets its key from its content, as a parsed one does:
+        # with one key for all of them, a store would keep only the first.
+        if not self.key:
+            canonical = self.canonical or _canonical(self.to_json())
+            object.__setattr__(self, "canonical", canonical)
+            # Its status too: the body read back cannot say it without a ``type``.
+            object.__setattr__(self, "key", _digest(canonical + self.status.value.encode()))
 
     @property
     def occurred_at(self) -> dt.datetime | None:
@@ -137,7 +146,7 @@ def event_from(data: dict[str, Any]) -> DeliveryEvent:
         timestamp=fields["timestamp"],
         message=message,
         extra=extra or _EMPTY,
-        key=hashlib.blake2b(canonical, digest_size=16).hexdigest(),
+        key=_digest(canonical),
         canonical=canonical,
     )
 
@@ -171,6 +180,10 @@ def _text(value: object) -> str | None:
     if type(value) is int:
         return str(value)
     return None
+
+
+def _digest(canonical: bytes) -> str:
+    return hashlib.blake2b(canonical, digest_size=16).hexdigest()
 
 
 def _canonical(data: Mapping[str, Any]) -> bytes:

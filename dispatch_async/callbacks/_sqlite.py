@@ -222,9 +222,20 @@ class SQLiteDeliveryStore:
         rows = [event_row(event, received_at) for event in events]
         connection.execute("BEGIN IMMEDIATE")
         try:
+            [(last,)] = connection.execute("SELECT coalesce(max(seq), 0) FROM events")
             connection.executemany(
                 _INSERT_EVENT, [(r.key, r.reference, r.received, r.body) for r in rows]
             )
+            # Only what was inserted is folded: an ignored row's key was already stored.
+            new = {
+                k for (k,) in connection.execute("SELECT key FROM events WHERE seq > ?", (last,))
+            }
+            inserted = []
+            for row in rows:  # a key twice in the batch was inserted once
+                if row.key in new:
+                    new.discard(row.key)
+                    inserted.append(row)
+            rows = inserted
             folds = [
                 (r.reference, r.digits or None, r.number, r.campaign, r.status, r.rank)
                 for r in rows
