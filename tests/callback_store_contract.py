@@ -227,6 +227,23 @@ class StreamsChanges:
         async with asyncio.timeout(5):
             assert await listening == []
 
+    async def test_streams_the_events_its_close_writes(self, tracker: DeliveryTracker) -> None:
+        started = asyncio.Event()
+
+        async def drain() -> list[DeliveryEvent]:
+            started.set()
+            return [item async for item in tracker]
+
+        listening = asyncio.create_task(drain())
+        await started.wait()
+        refs = [reference() for _ in range(5)]
+        records = [asyncio.create_task(tracker.record(event(r, "READ"))) for r in refs]
+        await asyncio.sleep(0)  # one turn: each record() has queued its event
+        await tracker.aclose()  # writes them: every record() returns (a 200)
+        await asyncio.gather(*records)
+        async with asyncio.timeout(5):
+            assert sorted(e.reference for e in await listening) == refs
+
 
 class CommitsInGroups:
     async def test_concurrent_events_share_commits(self, tracker: DeliveryTracker) -> None:
