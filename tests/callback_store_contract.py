@@ -84,6 +84,26 @@ class TracksOneMessage:
         await tracker.record(DeliveryEvent(reference=second, status=S.DELIVERED))
         assert [len(await tracker.events(r)) for r in (first, second)] == [1, 2]
 
+    async def test_events_of_equal_rank_give_one_state_whatever_their_order(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        for first, second, status, channel in (
+            (("DELIVERED", "RCS"), ("DELIVERED", "SMS"), S.DELIVERED, "RCS"),
+            (
+                ("EXCEPTION", "RCS"),
+                ("bloqueado por duplicidade", "SMS"),
+                S.BLOCKED_DUPLICATE,
+                "SMS",
+            ),
+        ):
+            for order in ((first, second), (second, first)):
+                ref = reference()
+                for type_, on in order:
+                    await tracker.record(event(ref, type_, channel=on))
+                state = await tracker.message(ref)
+                assert state is not None
+                assert (state.status, state.channel) == (status, channel), order
+
     async def test_an_unknown_reference_has_no_state(self, tracker: DeliveryTracker) -> None:
         assert await tracker.message(reference()) is None
         assert await tracker.events(reference()) == []

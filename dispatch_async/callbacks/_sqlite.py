@@ -57,7 +57,8 @@ _INSERT_EVENT: Final = (
     "INSERT OR IGNORE INTO events (key, reference, received, body) VALUES (?, ?, ?, ?)"
 )
 # Idempotent, so a re-delivered event may go through it again: the status only moves to
-# a higher rank (first seen wins a tie), the times only widen, names fill in once.
+# a higher rank (at equal ranks the lesser status name, whatever the order), the times
+# only widen, names fill in once.
 _FOLD_MESSAGE: Final = """
 INSERT INTO messages
     (reference, digits, number, campaign, status, rank, channel, first_at, last_at)
@@ -66,8 +67,10 @@ ON CONFLICT (reference) DO UPDATE SET
     digits = coalesce(digits, excluded.digits),
     number = coalesce(number, excluded.number),
     campaign = coalesce(campaign, excluded.campaign),
-    status = CASE WHEN excluded.rank > rank THEN excluded.status ELSE status END,
-    channel = CASE WHEN excluded.rank > rank THEN coalesce(excluded.channel, channel)
+    status = CASE WHEN excluded.rank > rank OR (excluded.rank = rank AND excluded.status < status)
+                  THEN excluded.status ELSE status END,
+    channel = CASE WHEN excluded.rank > rank OR (excluded.rank = rank AND excluded.status < status)
+                   THEN coalesce(excluded.channel, channel)
                    ELSE coalesce(channel, excluded.channel) END,
     rank = max(rank, excluded.rank),
     first_at = min(first_at, excluded.first_at),
