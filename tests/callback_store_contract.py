@@ -77,6 +77,33 @@ class TracksOneMessage:
         assert state.first_event_at == state.last_event_at == utc("2024-07-01T12:00:00+00:00")
         assert state.events == 1
 
+    async def test_events_made_by_hand_are_each_stored(self, tracker: DeliveryTracker) -> None:
+        first, second = reference(), reference()
+        await tracker.record(DeliveryEvent(reference=first, status=S.DELIVERED))
+        await tracker.record(DeliveryEvent(reference=second, status=S.READ))
+        await tracker.record(DeliveryEvent(reference=second, status=S.DELIVERED))
+        assert [len(await tracker.events(r)) for r in (first, second)] == [1, 2]
+
+    async def test_events_of_equal_rank_give_one_state_whatever_their_order(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        for first, second, status, channel in (
+            (("DELIVERED", "RCS"), ("DELIVERED", "SMS"), S.DELIVERED, "RCS"),
+            (
+                ("EXCEPTION", "RCS"),
+                ("bloqueado por duplicidade", "SMS"),
+                S.BLOCKED_DUPLICATE,
+                "SMS",
+            ),
+        ):
+            for order in ((first, second), (second, first)):
+                ref = reference()
+                for type_, on in order:
+                    await tracker.record(event(ref, type_, channel=on))
+                state = await tracker.message(ref)
+                assert state is not None
+                assert (state.status, state.channel) == (status, channel), order
+
     async def test_an_unknown_reference_has_no_state(self, tracker: DeliveryTracker) -> None:
         assert await tracker.message(reference()) is None
         assert await tracker.events(reference()) == []
@@ -219,6 +246,23 @@ class StreamsChanges:
         await tracker.aclose()
         async with asyncio.timeout(5):
             assert await listening == []
+
+    async def test_streams_the_events_its_close_writes(self, tracker: DeliveryTracker) -> None:
+        started = asyncio.Event()
+
+        async def drain() -> list[DeliveryEvent]:
+            started.set()
+            return [item async for item in tracker]
+
+        listening = asyncio.create_task(drain())
+        await started.wait()
+        refs = [reference() for _ in range(5)]
+        records = [asyncio.create_task(tracker.record(event(r, "READ"))) for r in refs]
+        await asyncio.sleep(0)  # one turn: each record() has queued its event
+        await tracker.aclose()  # writes them: every record() returns (a 200)
+        await asyncio.gather(*records)
+        async with asyncio.timeout(5):
+            assert sorted(e.reference for e in await listening) == refs
 
 
 class CommitsInGroups:

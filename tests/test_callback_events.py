@@ -83,6 +83,12 @@ class TestLenient:
         assert event.message is None
         assert event.extra == {"channel": ["RCS"], "message": "oi"}
 
+    def test_events_without_extra_fields_share_no_writable_mapping(self) -> None:
+        first, second = parse_event(body()), parse_event(body(reference="m-2"))
+        with pytest.raises(TypeError):
+            first.extra["added"] = 1  # type: ignore[index]
+        assert second.extra == {}
+
     def test_to_json_gives_back_what_was_sent(self) -> None:
         sent = orjson.loads(body(message={"text": "oi"}, attempt=2))
         sent.pop("session_id")  # null: the same as absent
@@ -111,6 +117,12 @@ class TestStrict:
             parse_event(raw)
         assert caught.value.status == 400
         assert isinstance(caught.value, ValueError)
+
+    def test_a_body_nested_too_deeply_to_store_is_a_400(self) -> None:
+        deep = b'{"reference":"r","message":' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"
+        with pytest.raises(da.DeliveryEventError, match="nested too deeply") as caught:
+            parse_event(deep)
+        assert caught.value.status == 400
 
     def test_the_refusal_never_quotes_the_body(self) -> None:
         with pytest.raises(da.DeliveryEventError) as caught:

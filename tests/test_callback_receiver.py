@@ -21,6 +21,7 @@ from fastapi import FastAPI
 import dispatch_async as da
 from dispatch_async.callbacks import (
     CallbackReceiver,
+    CallbackServer,
     DeliveryEvent,
     DeliveryStatus,
     DeliveryTracker,
@@ -293,6 +294,83 @@ class TestRefuses:
         assert (await post(event_body()))[0] == 200
 
 
+class TestSlowCallers:
+    """A caller that trickles its body, or hangs up mid-body, ties nothing up."""
+
+    @staticmethod
+    async def _aiohttp(receiver: CallbackReceiver) -> web.AppRunner:
+        app = web.Application()
+        app.router.add_route("*", "/callbacks/{token}", aiohttp_handler(receiver))
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return runner
+
+    @staticmethod
+    async def _start_post(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = f"POST /callbacks/{TOKEN} HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{{"
+        writer.write(head.encode())
+        await writer.drain()
+        return reader, writer
+
+    async def test_a_body_not_sent_in_time_gets_408_from_aiohttp(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        receiver = CallbackReceiver(tracker, token=TOKEN, body_timeout=0.2)
+        runner = await self._aiohttp(receiver)
+        try:
+            reader, writer = await self._start_post(runner.addresses[0][1])
+            async with asyncio.timeout(10):
+                status = await reader.readline()
+            writer.close()
+            await writer.wait_closed()
+        finally:
+            await runner.cleanup()
+        assert status.startswith(b"HTTP/1.1 408")
+
+    async def test_a_body_not_sent_in_time_gets_408_from_the_asgi_app(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        receiver = CallbackReceiver(tracker, token=TOKEN, body_timeout=0.2)
+        never = asyncio.Event()
+        chunks = [{"type": "http.request", "body": b"{", "more_body": True}]
+
+        async def receive() -> dict[str, Any]:
+            if chunks:
+                return chunks.pop()
+            await never.wait()
+            raise AssertionError("unreachable")
+
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": f"/{TOKEN}",
+            "headers": [],
+            "client": ("127.0.0.1", 4000),
+        }
+        async with asyncio.timeout(10):
+            await asgi_app(receiver)(scope, receive, send)
+        assert sent[0]["status"] == 408
+
+    async def test_a_caller_hanging_up_mid_body_is_no_error(
+        self, tracker: DeliveryTracker, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        runner = await self._aiohttp(CallbackReceiver(tracker, token=TOKEN))
+        try:
+            _, writer = await self._start_post(runner.addresses[0][1])
+            writer.close()
+            await writer.wait_closed()
+        finally:
+            await runner.cleanup()
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 class TestLogs:
     async def test_numbers_appear_only_at_debug_and_the_token_never(
         self, post: Post, caplog: pytest.LogCaptureFixture
@@ -313,6 +391,12 @@ class TestConfiguration:
     def test_a_short_token_is_refused(self, tracker: DeliveryTracker) -> None:
         with pytest.raises(da.ConfigurationError, match="at least 16"):
             CallbackReceiver(tracker, token="short")
+
+    def test_an_empty_token_given_to_a_server_is_refused_not_replaced(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        with pytest.raises(da.ConfigurationError, match="at least 16"):
+            CallbackServer(tracker, token="")
 
     def test_an_unreadable_address_is_refused(self, tracker: DeliveryTracker) -> None:
         with pytest.raises(da.ConfigurationError, match=r"'example\.com'"):

@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 import dispatch_async as da
-from dispatch_async.callbacks import DeliveryTracker, SQLiteDeliveryStore
+from dispatch_async.callbacks import (
+    DeliveryEvent,
+    DeliveryStatus,
+    DeliveryTracker,
+    SQLiteDeliveryStore,
+)
 
 from .callback_store_contract import (
     AnswersQuestions,
@@ -68,6 +73,13 @@ class TestTheFile:
             rows = other.execute("SELECT status FROM messages WHERE reference = ?", (ref,))
             assert rows.fetchall() == [("read",)]
         other.close()
+
+    async def test_an_event_not_stored_changes_no_message(self, tracker: DeliveryTracker) -> None:
+        stored, ignored = reference(), reference()
+        same = "0" * 32  # two events with one key: the second is taken for a re-delivery
+        await tracker.record(DeliveryEvent(reference=stored, status=DeliveryStatus.SENT, key=same))
+        await tracker.record(DeliveryEvent(reference=ignored, status=DeliveryStatus.READ, key=same))
+        assert await tracker.message(ignored) is None
 
     async def test_the_file_is_in_wal_mode_with_full_sync(
         self, tracker: DeliveryTracker, path: Path
@@ -131,6 +143,25 @@ class TestLifecycle:
             pass
         with pytest.raises(da.SessionClosedError, match="closed"):
             await tracker.open()
+
+
+class TestConfiguration:
+    @pytest.mark.parametrize(
+        ("setting", "value"),
+        [
+            ("max_batch", 0),
+            ("max_batch", -1),
+            ("max_batch", 1.5),
+            ("poll_interval", 0),
+            ("poll_interval", -1.0),
+            ("poll_interval", float("nan")),
+        ],
+    )
+    def test_a_setting_that_would_stall_it_is_refused_by_name(
+        self, path: Path, setting: str, value: object
+    ) -> None:
+        with pytest.raises(da.ConfigurationError, match=setting):
+            DeliveryTracker(path, **{setting: value})  # type: ignore[arg-type]
 
 
 def _is_open(connection: sqlite3.Connection) -> bool:

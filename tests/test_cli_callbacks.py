@@ -16,12 +16,16 @@ import aiohttp
 import orjson
 import pytest
 
-from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker
+from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker, parse_event
 from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
 
 from .conftest import SECRET, numbers, session_for
 from .receiver_process import COMMAND, receiver_process
 
+MAYBE_SENT_RECORD = (
+    '{"line":2,"number":"+5511987654321","outcome":"maybe_sent","error":"500",'
+    '"error_type":"ServerError"}\n'
+)
 EVENT = {
     "reference": "m-1",
     "campaign_name": "july",
@@ -158,6 +162,77 @@ class TestUsage:
         assert b"Traceback" not in err
 
 
+class TestSecretsStayPrivate:
+    def test_the_journal_holding_the_callback_url_is_private(self, tmp_path: Path) -> None:
+        from dispatch_async._cli.journal import JobFiles
+
+        files = JobFiles(tmp_path / "results.jsonl", max_line=10, options=b'{"callback":"x"}')
+        files.start(resume=False, resend_maybe_sent=False, dedupe=None)
+        try:
+            assert stat.S_IMODE(files.journal.stat().st_mode) == 0o600
+        finally:
+            files.close()
+
+
+class TestEmptyToken:
+    """An empty token would make the server run with a random one nobody knows."""
+
+    async def serve(self, tmp_path: Path, *args: str, env: dict[str, str]) -> str:
+        """Its output once it exited 2 (bounded: the old server served on, unreachable)."""
+        base = {k: v for k, v in os.environ.items() if k != "DISPATCH_CALLBACK_TOKEN"}
+        store = str(tmp_path / "deliveries.sqlite3")
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND,
+            "--store",
+            store,
+            "--port",
+            "0",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**base, **env},
+        )
+        try:
+            async with asyncio.timeout(20):
+                out, err = await process.communicate()
+        except TimeoutError:
+            process.kill()
+            await process.communicate()
+            raise AssertionError("it served with a token nobody knows") from None
+        text = (out + err).decode()
+        assert process.returncode == 2, text
+        assert "Traceback" not in text
+        return text
+
+    async def test_an_empty_token_file_is_refused_naming_it(self, tmp_path: Path) -> None:
+        token_file = tmp_path / "deliveries.sqlite3.token"
+        await asyncio.to_thread(token_file.write_text, "\n")
+        out = await self.serve(tmp_path, env={})
+        assert f"the token file {token_file} is empty" in out
+
+    async def test_a_blank_token_variable_is_refused_naming_it(self, tmp_path: Path) -> None:
+        out = await self.serve(tmp_path, env={"DISPATCH_CALLBACK_TOKEN": "  "})
+        assert "$DISPATCH_CALLBACK_TOKEN is empty" in out
+
+    async def test_a_made_token_file_is_whole_and_leaves_no_scratch(self, tmp_path: Path) -> None:
+        async with receiver_process(tmp_path / "deliveries.sqlite3") as receiver:
+            pass
+        assert len(receiver.token) >= 43
+        names = await asyncio.to_thread(lambda: sorted(p.name for p in tmp_path.iterdir()))
+        assert not [n for n in names if n.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("command", ["serve", "reconcile"])
+def test_the_key_prefix_comes_from_where_every_command_takes_it(command: str) -> None:
+    from click.testing import CliRunner
+
+    from dispatch_async._cli.commands import cli as main
+
+    done = CliRunner().invoke(main, ["callbacks", command, "--help"], terminal_width=200)
+    assert done.exit_code == 0, done.output
+    assert "[DISPATCH_KEY_PREFIX]" in done.output
+
+
 def test_the_command_is_listed() -> None:
     import subprocess
 
@@ -175,11 +250,13 @@ class TestReconcile:
     records, and the callbacks the simulator posted meanwhile to `callbacks serve`."""
 
     async def job(
-        self, tmp_path: Path, plan: CallbackPlan
+        self, tmp_path: Path, plan: CallbackPlan, *, url_in_env: bool = False, local: bool = False
     ) -> tuple[Path, Path, FakeDispatchServer]:
+        """*local*: the input has the numbers without +55, sent with --prevalidate."""
         store = tmp_path / "deliveries.sqlite3"
         results = tmp_path / "results.jsonl"
-        rows = "number\n" + "".join(f"{n}\n" for n in numbers(6))
+        written = [n[3:] if local else n for n in numbers(6)]
+        rows = "number\n" + "".join(f"{n}\n" for n in written)
         await asyncio.to_thread((tmp_path / "in.csv").write_text, rows)
         async with (
             receiver_process(store) as receiver,
@@ -192,6 +269,11 @@ class TestReconcile:
                 "DISPATCH_CLIENT_SECRET": SECRET,
                 "DISPATCH_ACCOUNT": "acme",
             }
+            callback = ("--callback", receiver.url)
+            if local:
+                callback += ("--prevalidate", "--region", "BR")
+            if url_in_env:
+                env["DISPATCH_CALLBACK_URL"], callback = receiver.url, ()
             await cli(
                 "send",
                 "basic",
@@ -205,8 +287,7 @@ class TestReconcile:
                 "3",
                 "--campaign-name",
                 "job-1",
-                "--callback",
-                receiver.url,
+                *callback,
                 "-q",
                 env=env,
                 expect=1,
@@ -269,6 +350,34 @@ class TestReconcile:
         )
         assert not any(n in exported for n in numbers(6))
 
+    async def test_the_callback_url_can_come_from_the_environment_not_argv(
+        self, tmp_path: Path
+    ) -> None:
+        _, store, _ = await self.job(tmp_path, CallbackPlan(read=0.0, seed=2), url_in_env=True)
+        async with DeliveryTracker(store) as tracker:
+            assert sum((await tracker.counts("job-1")).values()) == 6
+
+    async def test_confirms_local_numbers_sent_in_e164_by_prevalidate(self, tmp_path: Path) -> None:
+        results, store, _ = await self.job(tmp_path, CallbackPlan(read=0.0, seed=2), local=True)
+        before = records_by_line(results)
+        assert [before[line].get("sent_as") for line in (5, 6, 7)] == numbers(6)[3:]
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=0,
+        )
+        assert "3 confirmed sent by callbacks, 0 still maybe_sent" in out
+        after = records_by_line(results)
+        for line, number in zip((5, 6, 7), numbers(6)[3:], strict=True):
+            assert after[line]["outcome"] == "sent"
+            assert (after[line]["number"], after[line]["sent_as"]) == (number[3:], number)
+
     async def test_without_callbacks_records_stay_maybe_sent(self, tmp_path: Path) -> None:
         results, store, _ = await self.job(tmp_path, CallbackPlan(drop=1.0))
         before = await asyncio.to_thread(results.read_bytes)
@@ -311,10 +420,141 @@ class TestReconcile:
         )
         assert "3 still maybe_sent" in out
 
+    async def test_callbacks_from_before_the_run_confirm_nothing(self, tmp_path: Path) -> None:
+        results, _, _ = await self.job(tmp_path, CallbackPlan(read=0.0, seed=2))
+        assert all("since" in records_by_line(results)[line] for line in (5, 6, 7))
+        old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+        record = (
+            '{"line":2,"number":"+5511987654321","outcome":"maybe_sent","error":"500",'
+            '"error_type":"ServerError","since":"2026-01-01T00:00:00+00:00"}\n'
+        )
+        await asyncio.to_thread(old.write_text, record)
+        await asyncio.to_thread(new.write_text, record)
+        events = tmp_path / "events.sqlite3"
+        async with DeliveryTracker(events) as tracker:
+            body = {**EVENT, "campaign_name": "pix", "direction": "outbound", "type": "basic"}
+            await tracker.record(
+                parse_event(
+                    orjson.dumps(
+                        {**body, "reference": "OLD-1", "timestamp": "2025-01-01T09:00:00Z"}
+                    )
+                )
+            )
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            old,
+            "--store",
+            events,
+            "--campaign-name",
+            "pix",
+            expect=1,
+        )
+        assert "0 confirmed" in out
+        async with DeliveryTracker(events) as tracker:
+            await tracker.record(
+                parse_event(
+                    orjson.dumps(
+                        {**body, "reference": "NEW-1", "timestamp": "2026-01-01T00:00:01Z"}
+                    )
+                )
+            )
+        await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            new,
+            "--store",
+            events,
+            "--campaign-name",
+            "pix",
+            expect=0,
+        )
+        assert records_by_line(new)[2]["id"] == "NEW-1"
+
+    async def test_a_store_that_does_not_exist_is_refused_not_made(self, tmp_path: Path) -> None:
+        results = tmp_path / "results.jsonl"
+        await asyncio.to_thread(results.write_text, MAYBE_SENT_RECORD)
+        store = tmp_path / "delivreies.sqlite3"
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=2,
+        )
+        assert f"--store {store} does not exist" in out
+        assert not await asyncio.to_thread(store.exists)
+
+    async def test_warns_when_the_store_has_nothing_of_the_campaign(self, tmp_path: Path) -> None:
+        results, store, _ = await self.job(tmp_path, CallbackPlan(seed=2))
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-l",
+            expect=1,
+        )
+        assert "no message of campaign 'job-l'" in out
+
+    async def test_a_resume_refused_while_it_runs_leaves_no_journal_behind(
+        self, tmp_path: Path
+    ) -> None:
+        from dispatch_async._cli.reconcile import _locked
+
+        results, store, _ = await self.job(tmp_path, CallbackPlan(read=0.0, seed=2))
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")},
+                "DISPATCH_BASE_URL": server.url,
+                "DISPATCH_CLIENT_SECRET": SECRET,
+                "DISPATCH_ACCOUNT": "acme",
+            }
+            with _locked(results):  # what reconcile holds while it runs
+                out = await cli(
+                    "send",
+                    "basic",
+                    "--text",
+                    "oi",
+                    "-i",
+                    tmp_path / "in.csv",
+                    "-o",
+                    results,
+                    "--resume",
+                    "-q",
+                    env=env,
+                    expect=2,
+                )
+        assert "another dispatch-async run" in out
+        assert not await asyncio.to_thread((tmp_path / "results.jsonl.pending").exists)
+        out = await cli(
+            "callbacks",
+            "reconcile",
+            "-o",
+            results,
+            "--store",
+            store,
+            "--campaign-name",
+            "job-1",
+            expect=0,
+        )
+        assert "3 confirmed" in out
+
     async def test_an_unfinished_job_is_refused(self, tmp_path: Path) -> None:
         results = tmp_path / "results.jsonl"
         await asyncio.to_thread(results.write_text, "")
         await asyncio.to_thread((tmp_path / "results.jsonl.pending").write_text, "x\n")
+        async with DeliveryTracker(tmp_path / "d.sqlite3"):
+            pass
         out = await cli(
             "callbacks",
             "reconcile",

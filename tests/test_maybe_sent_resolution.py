@@ -177,6 +177,23 @@ class TestSilenceProvesNothing:
         assert [f.position for f in resolution.unconfirmed] == [0]
 
 
+class TestPrevalidatedNumbers:
+    async def test_a_local_number_sent_in_e164_is_matched_through_the_region(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        number = numbers(1)[0]
+        local = number[3:]  # as a spreadsheet holds it; prevalidate sent +55...
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            server.script(Fault.status(500))
+            async with session_for(server, prevalidate=True, region="BR") as session:
+                result = await session.send_basic([local], text="oi", campaign_name=CAMPAIGN)
+        await record(tracker, "r-1", number)
+        unmatched = await resolve_maybe_sent(result, tracker, campaign_name=CAMPAIGN)
+        assert unmatched.confirmed == []
+        resolution = await resolve_maybe_sent(result, tracker, campaign_name=CAMPAIGN, region="BR")
+        assert [(m.id, m.number) for m in resolution.confirmed] == [("r-1", local)]
+
+
 class TestOneReferenceOneRecipient:
     async def test_an_id_the_answer_gave_is_never_taken_again(
         self, tracker: DeliveryTracker
@@ -205,12 +222,26 @@ class TestOneReferenceOneRecipient:
         self, tracker: DeliveryTracker
     ) -> None:
         number = numbers(1)[0]
-        result, _ = await maybe_sent_result([number, number, number])
+        result, _ = await maybe_sent_result([number, number])
         await record(tracker, "late", number, at="2024-07-01T12:00:02Z")
         await record(tracker, "early", number, at="2024-07-01T12:00:01Z")
         resolution = await resolve_maybe_sent(result, tracker, campaign_name=CAMPAIGN)
         assert [(m.id, m.position) for m in resolution.confirmed] == [("early", 0), ("late", 1)]
-        assert [f.position for f in resolution.unconfirmed] == [2]
+        assert resolution.unconfirmed == []
+
+    async def test_fewer_references_than_recipients_of_a_number_confirm_none_of_them(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        # Which rows went is not known (their content may differ): a wrong guess would
+        # mark a message sent that never was.
+        number, other = numbers(2)
+        result, _ = await maybe_sent_result([number, number, number, other])
+        await record(tracker, "late", number, at="2024-07-01T12:00:02Z")
+        await record(tracker, "early", number, at="2024-07-01T12:00:01Z")
+        await record(tracker, "other", other)
+        resolution = await resolve_maybe_sent(result, tracker, campaign_name=CAMPAIGN)
+        assert [(m.id, m.position) for m in resolution.confirmed] == [("other", 3)]
+        assert [f.position for f in resolution.unconfirmed] == [0, 1, 2]
 
     async def test_recipients_certainly_not_sent_are_left_alone(
         self, tracker: DeliveryTracker

@@ -31,6 +31,7 @@ from dispatch_async.callbacks import (
     SQLiteDeliveryStore,
 )
 
+from .options import prefix_option
 from .reconcile import reconcile as reconcile_results
 from .spec import Problem
 
@@ -68,18 +69,12 @@ _store_option = click.option(
 _redis_option = click.option(
     "--redis", metavar="URL", help="Or a Redis store (a fleet of receivers)."
 )
-_key_prefix_option = click.option(
-    "--key-prefix",
-    default=da.DEFAULT_KEY_PREFIX,
-    show_default=True,
-    help="With --redis: every key starts with it.",
-)
 
 
 @callbacks.command()
 @_store_option
 @_redis_option
-@_key_prefix_option
+@prefix_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option("--path", default="/callbacks", show_default=True, help="Where the URL starts.")
@@ -107,7 +102,7 @@ def serve(**options: Any) -> None:
     config = ServeConfig(**options, allowed_ips=allowed_ips)
     if (config.store is None) == (config.redis is None):
         raise click.UsageError("give --store FILE or --redis URL (one of them)")
-    if config.store is None and config.token_file is None and not os.environ.get(_TOKEN_VARIABLE):
+    if config.store is None and config.token_file is None and _TOKEN_VARIABLE not in os.environ:
         raise click.UsageError(f"with --redis, give --token-file FILE or ${_TOKEN_VARIABLE}")
     raise SystemExit(asyncio.run(run_serve(config)))
 
@@ -160,7 +155,7 @@ async def run_serve(config: ServeConfig) -> int:
 )
 @_store_option
 @_redis_option
-@_key_prefix_option
+@prefix_option
 @click.option("--campaign-name", required=True, help="The job's --campaign-name.")
 def reconcile(
     results: Path, store: Path | None, redis: str | None, key_prefix: str, campaign_name: str
@@ -174,6 +169,9 @@ def reconcile(
     """
     if (store is None) == (redis is None):
         raise click.UsageError("give --store FILE or --redis URL (one of them)")
+    if store is not None and not store.is_file():
+        # A mistyped name would make an empty store, and report nothing confirmed.
+        raise click.UsageError(f"--store {store} does not exist: give the receiver's file")
     raise SystemExit(
         asyncio.run(run_reconcile(results, _store(store, redis, key_prefix), campaign_name))
     )
@@ -184,6 +182,12 @@ async def run_reconcile(results: Path, store: DeliveryStore, campaign_name: str)
     try:
         async with DeliveryTracker(store) as tracker:
             done = await reconcile_results(results, tracker, campaign_name)
+            if done.maybe_sent and not await tracker.counts(campaign_name):
+                click.echo(
+                    f"warning: the store has no message of campaign {campaign_name!r}: "
+                    "is it the job's store, and its --campaign-name?",
+                    err=True,
+                )
     except Problem as problem:
         click.echo(f"Error: {problem.message}", err=True)
         return problem.exit_code
@@ -205,15 +209,42 @@ def _store(store: Path | None, redis: str | None, key_prefix: str) -> DeliverySt
 
 
 def _token(config: ServeConfig) -> str:
+    """The token, from the environment or the token file (made once if missing).
+
+    An empty one is refused: the server would otherwise run with a token nobody knows.
+    """
     given = os.environ.get(_TOKEN_VARIABLE)
-    if given and config.token_file is None:
+    if given is not None and config.token_file is None:
+        if not given.strip():
+            raise da.ConfigurationError(f"${_TOKEN_VARIABLE} is empty")
         return given.strip()
     path = _token_file(config)
-    with contextlib.suppress(FileExistsError):
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    if not path.exists():
+        _make_token_file(path)
+    token = path.read_text().strip()
+    if not token:
+        raise da.ConfigurationError(f"the token file {path} is empty")
+    return token
+
+
+def _make_token_file(path: Path) -> None:
+    """A new private token file, whole or not at all: written aside, then linked in."""
+    scratch = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
         with os.fdopen(descriptor, "w") as file:
             file.write(CallbackReceiver.new_token() + "\n")
-    return path.read_text().strip()
+            file.flush()
+            os.fsync(file.fileno())
+        with contextlib.suppress(FileExistsError):  # another process made it first
+            os.link(scratch, path)
+    finally:
+        scratch.unlink(missing_ok=True)
+    directory = os.open(path.absolute().parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def _token_file(config: ServeConfig) -> Path:
@@ -224,6 +255,6 @@ def _token_file(config: ServeConfig) -> Path:
 
 
 def _token_source(config: ServeConfig) -> str:
-    if os.environ.get(_TOKEN_VARIABLE) and config.token_file is None:
+    if os.environ.get(_TOKEN_VARIABLE) is not None and config.token_file is None:
         return f"${_TOKEN_VARIABLE}"
     return str(_token_file(config))

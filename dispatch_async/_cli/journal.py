@@ -123,9 +123,13 @@ class JobFiles:
         recorded = new_record(resend_maybe_sent, dedupe, self.max_line)
         ours = False  # a journal this run created and locked: removed again on failure
         try:
-            self._journal = os.open(self.journal, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            existed = self.journal.exists()
+            # Private: its header holds the job's options, the callback URL's token with them.
+            self._journal = os.open(self.journal, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
             self._lock(self._journal)
-            ours = not resume
+            # Refused after this (another run holds the output): leave no empty journal,
+            # which would make the finished job look unfinished.
+            ours = not existed
             # A hard link is a second path with its own journal: lock the output's inode too.
             if resume and self._real.exists():
                 self._held = os.open(self._real, os.O_RDONLY)

@@ -134,7 +134,7 @@ prefix_option = click.option(
     default=DEFAULTS.key_prefix,
     show_default=True,
     envvar="DISPATCH_KEY_PREFIX",
-    help="Every Redis key of the queue starts with it [DISPATCH_KEY_PREFIX].",
+    help="Every Redis key (queue, tokens, deliveries) starts with it [DISPATCH_KEY_PREFIX].",
 )
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 verbose_option = click.option(
@@ -252,7 +252,13 @@ send_options = _options(
     ),
     click.option("--campaign-name", help="Label for the batch."),
     click.option("--fallback-sms", metavar="TEXT", help="SMS text when the main channel fails."),
-    click.option("--callback", metavar="URL", help="Callback address sent with each request."),
+    click.option(
+        "--callback",
+        metavar="URL",
+        envvar="DISPATCH_CALLBACK_URL",
+        help="Callback address sent with each request [DISPATCH_CALLBACK_URL: keeps its "
+        "token out of ps].",
+    ),
     connection_options,
     click.option(
         "--chunk-size",

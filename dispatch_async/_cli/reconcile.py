@@ -16,8 +16,9 @@ gives the same result. While it runs it holds the lock a ``send`` takes on the o
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -58,17 +59,63 @@ async def reconcile(results: Path, tracker: DeliveryTracker, campaign_name: str)
     """
     _check(results)
     with _locked(results):
+        _check(results)  # again: a send --resume may have started before the lock
         failed, known = _read(results)
-        resolution = await resolve_maybe_sent(
-            failed, tracker, campaign_name=campaign_name, known_ids=known
-        )
-        if resolution.confirmed:
+        confirmed: list[da.ValidMessage] = []
+        # The records of each run together: callbacks from before the run are not theirs.
+        for since, group in _by_run(failed):
+            resolution = await resolve_maybe_sent(
+                group,
+                tracker,
+                campaign_name=campaign_name,
+                known_ids=known,
+                sent_after=None if since is None else since - _CLOCK_SKEW,
+            )
+            confirmed += resolution.confirmed
+            known.update(m.id for m in resolution.confirmed)
+        if confirmed:
             replaced = {
-                m.position: sent_record(m.position, m.number, m.id) + b"\n"
-                for m in resolution.confirmed
+                m.position: sent_record(m.position, _written(m), m.id, _as_sent(m)) + b"\n"
+                for m in confirmed
             }
             _rewrite(results, replaced)
-    return Reconciled(len(failed), len(resolution.confirmed))
+    return Reconciled(len(failed), len(confirmed))
+
+
+#: The ``ref`` key under which a recipient keeps its number as the record wrote it.
+_WRITTEN = "written"
+
+
+_SINCE = "since"
+#: How far the service's clock may be behind ours: a callback up to this much before
+#: the run started may still be of that run.
+_CLOCK_SKEW = dt.timedelta(minutes=5)
+
+
+def _by_run(
+    failed: list[da.FailedRecipient],
+) -> list[tuple[dt.datetime | None, list[da.FailedRecipient]]]:
+    """The records grouped by when their run started (None: a record that does not say)."""
+    groups: dict[dt.datetime | None, list[da.FailedRecipient]] = {}
+    for recipient in failed:
+        groups.setdefault(_moment(recipient.recipient.ref.get(_SINCE)), []).append(recipient)
+    return list(groups.items())
+
+
+def _moment(text: object) -> dt.datetime | None:
+    try:
+        moment = dt.datetime.fromisoformat(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return moment if moment is None or moment.tzinfo is not None else None
+
+
+def _written(message: da.ValidMessage) -> str:
+    return str((message.ref or {}).get(_WRITTEN, message.number))
+
+
+def _as_sent(message: da.ValidMessage) -> Callable[[str], str]:
+    return lambda _written: message.number
 
 
 def _check(results: Path) -> None:
@@ -98,7 +145,11 @@ def _read(results: Path) -> tuple[list[da.FailedRecipient], set[str]]:
             known.add(id_)
         elif outcome == "maybe_sent" and isinstance(number, str) and number:
             error = da.DispatchError(str(record.get("error", "maybe sent")), maybe_sent=True)
-            failed.append(da.FailedRecipient(da.Recipient(number), error, True, position=line))
+            # The callbacks carry the number as sent (--prevalidate's E.164), kept in ref.
+            sent_as = record.get("sent_as")
+            wire = sent_as if isinstance(sent_as, str) and sent_as else number
+            recipient = da.Recipient(wire, ref={_WRITTEN: number, _SINCE: record.get("since")})
+            failed.append(da.FailedRecipient(recipient, error, True, position=line))
     return failed, known
 
 

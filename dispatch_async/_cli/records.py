@@ -3,7 +3,8 @@
 A record is ``{"line", "number", "outcome", ...}``: ``sent`` with the service's ``id``
 (and ``sent_as``, the number put on the wire, when ``--prevalidate`` rewrote it),
 ``invalid`` with its ``reason`` (and a ``detail`` for rows refused here), ``not_sent`` or
-``maybe_sent`` with the ``error`` and its ``error_type``. Records are written from
+``maybe_sent`` with the ``error`` and its ``error_type`` (a ``maybe_sent`` one with
+``sent_as`` too: its callbacks carry that number). Records are written from
 templates, each string through orjson: a job writes one per recipient, and a dict per
 record cost more than the whole request.
 """
@@ -52,11 +53,18 @@ def sent_record(
     *wire* gives the number as sent (``--prevalidate``'s E.164): a record whose number
     was rewritten says ``"sent_as"``. A number already in E.164 is not parsed again.
     """
-    if wire is not None and not (number[:1] == "+" and number[1:].isdigit()):
-        sent = wire(number)
-        if sent != number:
-            return _SENT_AS % (line, _dumps(number), _dumps(message_id), _dumps(sent))
+    sent = _rewritten(number, wire)
+    if sent is not None:
+        return _SENT_AS % (line, _dumps(number), _dumps(message_id), _dumps(sent))
     return _SENT % (line, _dumps(number), _dumps(message_id))
+
+
+def _rewritten(number: str | None, wire: Callable[[str], str] | None) -> str | None:
+    """The number as *wire* sent it when that differs from *number*, else None."""
+    if wire is None or not number or (number[:1] == "+" and number[1:].isdigit()):
+        return None
+    sent = wire(number)
+    return sent if sent != number else None
 
 
 def invalid_record(line: int, number: str | None, reason: str, detail: str | None = None) -> bytes:
@@ -77,11 +85,31 @@ def malformed_note(row: Row) -> str:
 
 
 def failed_record(
-    line: int, number: str | None, *, maybe_sent: bool, error: str, error_type: str
+    line: int,
+    number: str | None,
+    *,
+    maybe_sent: bool,
+    error: str,
+    error_type: str,
+    wire: Callable[[str], str] | None = None,
+    since: str | None = None,
 ) -> bytes:
-    """The record of a recipient with no answer: ``maybe_sent`` or ``not_sent``."""
+    """The record of a recipient with no answer: ``maybe_sent`` or ``not_sent``.
+
+    *wire*: see ``sent_record``; a ``maybe_sent`` record says ``"sent_as"`` too, the
+    number its callbacks would carry, and ``"since"``, when the run that may have sent
+    it started (*since*, ISO 8601): callbacks from before it are not its.
+    """
     outcome = b"maybe_sent" if maybe_sent else b"not_sent"
-    return _FAILED % (line, _dumps(number), outcome, _dumps(error), _dumps(error_type))
+    record = _FAILED % (line, _dumps(number), outcome, _dumps(error), _dumps(error_type))
+    if not maybe_sent:
+        return record
+    sent = _rewritten(number, wire)
+    if sent is not None:
+        record = record[:-1] + b',"sent_as":' + _dumps(sent) + b"}"
+    if since is not None:
+        record = record[:-1] + b',"since":' + _dumps(since) + b"}"
+    return record
 
 
 Explain = Callable[[da.DispatchError], tuple[str, str]]
@@ -99,13 +127,15 @@ def part_records(
     explain: Explain = _as_is,
     wire: Callable[[str], str] | None = None,
     failures: list[Failure] | None = None,
+    since: str | None = None,
 ) -> tuple[list[bytes], Counter[str]]:
     """One record per row of *part* (its sendable rows, in input order), and the counts.
 
     The SDK names each outcome by the number as given; a number can stand on several
     rows (with other vars), so repeats are matched in input order. A row the part does
     not mention (the SDK accounts for every one: this is a bug guard) is ``maybe_sent``.
-    *wire*: see ``sent_record``. *failures* gets each row the service failed on.
+    *wire*: see ``sent_record``, *since*: ``failed_record``. *failures* gets each row
+    the service failed on.
     """
     if not part.failed and wire is None:
         quick = _column_records(rows, part.valid, part.invalid)
@@ -129,7 +159,17 @@ def part_records(
             error, kind = explain(failure.error)
             maybe = failure.maybe_sent
             line = rows[at].line
-            append(failed_record(line, number, maybe_sent=maybe, error=error, error_type=kind))
+            append(
+                failed_record(
+                    line,
+                    number,
+                    maybe_sent=maybe,
+                    error=error,
+                    error_type=kind,
+                    wire=wire,
+                    since=since,
+                )
+            )
             counts["maybe_sent" if maybe else "not_sent"] += 1
             if failures is not None:
                 failures.append((line, maybe, error, kind))
@@ -144,6 +184,8 @@ def part_records(
                 maybe_sent=True,
                 error="the SDK gave no outcome for this row",
                 error_type="Interrupted",
+                wire=wire,
+                since=since,
             )
         )
     counts["maybe_sent"] += len(left)

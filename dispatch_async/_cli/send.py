@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import signal
 import time
 from collections import Counter
@@ -75,6 +76,8 @@ class SendJob:
         self._task: asyncio.Task[None] | None = None
         self._shown_malformed = 0
         self._wire = sent_as(spec.settings)
+        # When this run started: its maybe_sent records say so, for callbacks reconcile.
+        self._since = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
     def begin(self, source: Source, progress: Progress, kept: Counter[str]) -> None:
         """Attach the reading side; ``messages()`` is only iterated after this."""
@@ -166,7 +169,7 @@ class SendJob:
         rows = [pop(position) for position in part.positions]
         self._announced.pop(part.positions.start, None)
         failures: list[Failure] = []
-        records, counts = part_records(rows, part, self._explain, self._wire, failures)
+        records, counts = part_records(rows, part, self._explain, self._wire, failures, self._since)
         tally = self.tally
         tally.outcomes.update(counts)
         tally.requests += part.requests
@@ -200,7 +203,13 @@ class SendJob:
         )
         records = [
             failed_record(
-                r.line, r.number, maybe_sent=maybe_sent, error=why, error_type="Interrupted"
+                r.line,
+                r.number,
+                maybe_sent=maybe_sent,
+                error=why,
+                error_type="Interrupted",
+                wire=self._wire,
+                since=self._since,
             )
             for r in rows
         ]

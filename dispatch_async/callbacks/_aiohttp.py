@@ -29,22 +29,35 @@ def aiohttp_handler(
         refused = receiver.refuse(request.method, request.path, remote, request.content_length)
         if refused is not None:
             return _response(refused)
-        length = request.content_length
-        if length is not None:  # checked against the limit by refuse()
-            try:
-                body = await request.content.readexactly(length) if length else b""
-            except asyncio.IncompleteReadError:
-                return _response(_INCOMPLETE)
-            return _response(await receiver.accept(body, remote))
-        limit = receiver.max_body_bytes
-        chunks = bytearray()
-        while chunk := await request.content.read(limit + 1 - len(chunks)):
-            chunks += chunk
-            if len(chunks) > limit:
-                return _response(receiver.too_large(remote))
-        return _response(await receiver.accept(bytes(chunks), remote))
+        try:
+            async with asyncio.timeout(receiver.body_timeout):
+                body = await _read(request, receiver)
+        except TimeoutError:
+            return _response(receiver.too_slow(remote))
+        except ConnectionResetError:  # the caller hung up mid-body: nobody to answer
+            return _response(_INCOMPLETE)
+        if isinstance(body, Answer):
+            return _response(body)
+        return _response(await receiver.accept(body, remote))
 
     return handle
+
+
+async def _read(request: web.Request, receiver: CallbackReceiver) -> bytes | Answer:
+    """The body, or the answer refusing it."""
+    length = request.content_length
+    if length is not None:  # checked against the limit by refuse()
+        try:
+            return await request.content.readexactly(length) if length else b""
+        except asyncio.IncompleteReadError:
+            return _INCOMPLETE
+    limit = receiver.max_body_bytes
+    chunks = bytearray()
+    while chunk := await request.content.read(limit + 1 - len(chunks)):
+        chunks += chunk
+        if len(chunks) > limit:
+            return receiver.too_large(request.remote)
+    return bytes(chunks)
 
 
 _INCOMPLETE = Answer(400, b'{"error":"the body ended before its Content-Length"}')

@@ -6,6 +6,7 @@ server running it alone starts and stops cleanly; the tracker stays yours to ope
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -44,21 +45,36 @@ def asgi_app(receiver: CallbackReceiver) -> ASGIApp:
         if refused is not None:
             await _answer(send, refused)
             return
-        body = bytearray()
-        limit = receiver.max_body_bytes
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if len(body) > limit:
-                await _answer(send, receiver.too_large(remote))
-                return
-            if not message.get("more_body", False):
-                break
-        await _answer(send, await receiver.accept(bytes(body), remote))
+        try:
+            async with asyncio.timeout(receiver.body_timeout):
+                body = await _read(receive, receiver, remote)
+        except TimeoutError:
+            body = receiver.too_slow(remote)
+        if body is None:  # the caller hung up
+            return
+        if isinstance(body, Answer):
+            await _answer(send, body)
+            return
+        await _answer(send, await receiver.accept(body, remote))
 
     return app
+
+
+async def _read(
+    receive: Receive, receiver: CallbackReceiver, remote: str | None
+) -> bytes | Answer | None:
+    """The body, the answer refusing it, or None when the caller hung up."""
+    body = bytearray()
+    limit = receiver.max_body_bytes
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return receiver.too_large(remote)
+        if not message.get("more_body", False):
+            return bytes(body)
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 import attrs
@@ -32,7 +33,8 @@ _TEXT_FIELDS: Final = (
     "type",
 )
 _KNOWN: Final = frozenset({"reference", "message", *_TEXT_FIELDS})
-_EMPTY: Final[Mapping[str, Any]] = {}
+#: The ``extra`` of every event without any: read-only, since all of them share it.
+_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 @attrs.frozen
@@ -75,9 +77,18 @@ class DeliveryEvent:
     """A digest of the event's content: a re-delivery of the event has the same key."""
     canonical: bytes = attrs.field(default=b"", repr=False, eq=False)
     """The event as JSON, keys sorted and null fields left out (what ``key`` digests;
-    what a store keeps). Empty for an event made by hand."""
+    what a store keeps); made from the fields for an event made by hand."""
     received_at: dt.datetime | None = attrs.field(default=None, repr=False, eq=False)
     """When a store received it (None for an event just parsed)."""
+
+    def __attrs_post_init__(self) -> None:
+        # An event made by hand gets its key from its content, as a parsed one does:
+        # with one key for all of them, a store would keep only the first.
+        if not self.key:
+            canonical = self.canonical or _canonical(self.to_json())
+            object.__setattr__(self, "canonical", canonical)
+            # Its status too: the body read back cannot say it without a ``type``.
+            object.__setattr__(self, "key", _digest(canonical + self.status.value.encode()))
 
     @property
     def occurred_at(self) -> dt.datetime | None:
@@ -150,7 +161,7 @@ def event_from(data: dict[str, Any]) -> DeliveryEvent:
         timestamp=timestamp,
         message=message,
         extra=extra or _EMPTY,
-        key=hashlib.blake2b(canonical, digest_size=16).hexdigest(),
+        key=_digest(canonical),
         canonical=canonical,
     )
 
@@ -188,9 +199,16 @@ def _text(value: object) -> str | None:
     return None
 
 
+def _digest(canonical: bytes) -> str:
+    return hashlib.blake2b(canonical, digest_size=16).hexdigest()
+
+
 def _canonical(data: Mapping[str, Any]) -> bytes:
     # The same event re-delivered may come with its fields in another order or spacing,
     # or a null field left out: its canonical form is the same.
     if None in data.values():
         data = {k: v for k, v in data.items() if v is not None}
-    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    try:
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes (254 levels)
+        raise DeliveryEventError("the callback body is nested too deeply") from None

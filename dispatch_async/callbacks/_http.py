@@ -28,6 +28,8 @@ MAX_HEAD_BYTES: Final = 16 * 1024
 REQUEST_TIMEOUT: Final = 30.0
 #: Seconds an idle keep-alive connection stays open (aiohttp's default too).
 KEEPALIVE_TIMEOUT: Final = 75.0
+#: Seconds a stop waits for the answers being stored (a stuck store does not hold it up).
+SHUTDOWN_TIMEOUT: Final = 5.0
 
 #: Heads kept parsed, at most, and the largest kept (at most 1 MiB in all).
 _CACHED_HEADS: Final = 1024
@@ -347,8 +349,8 @@ class Site:
         for connection in self.connections:
             connection.close_after = True  # the answer being stored is the last
         waiting = [c.waiting for c in self.connections if c.waiting is not None]
-        if waiting:
-            await asyncio.wait(waiting)  # their answers are written before this returns
+        if waiting:  # their answers are written before this returns
+            await asyncio.wait(waiting, timeout=SHUTDOWN_TIMEOUT)
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.close()

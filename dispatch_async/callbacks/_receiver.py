@@ -33,6 +33,8 @@ log = logging.getLogger("dispatch_async.callbacks")
 
 #: Largest callback body accepted: an event is well under 2 KiB.
 DEFAULT_MAX_BODY_BYTES: Final = 64 * 1024
+#: Seconds a caller has to send a whole body: a slow one holds a connection (slowloris).
+DEFAULT_BODY_TIMEOUT: Final = 10.0
 #: A shorter token could be guessed.
 MIN_TOKEN_CHARS: Final = 16
 
@@ -49,6 +51,7 @@ _NOT_FOUND: Final = Answer(404, b'{"error":"not found"}')
 _FORBIDDEN: Final = Answer(403, b'{"error":"this address may not post callbacks"}')
 _NOT_ALLOWED: Final = Answer(405, b'{"error":"POST only"}')
 _TOO_LARGE: Final = Answer(413, b'{"error":"the body is larger than this receiver accepts"}')
+_TOO_SLOW: Final = Answer(408, b'{"error":"the body did not arrive in time"}')
 _UNAVAILABLE: Final = Answer(503, b'{"error":"not stored; deliver it again"}')
 
 
@@ -66,6 +69,8 @@ class CallbackReceiver:
             lets any address post. The address is the TCP peer's: behind a proxy, let
             the proxy restrict them.
         max_body_bytes: larger bodies get 413 unread.
+        body_timeout: seconds to read a body in; a slower one gets 408. Headers are the
+            web server's to bound: behind a proxy that enforces timeouts, on the Internet.
 
     Raises:
         ConfigurationError: a short token or an unreadable address.
@@ -78,6 +83,7 @@ class CallbackReceiver:
         token: str,
         allowed_ips: Collection[str] | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
     ) -> None:
         if not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS or "/" in token:
             raise ConfigurationError(
@@ -86,6 +92,7 @@ class CallbackReceiver:
             )
         self.tracker = tracker
         self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
         self._token = token.encode()
         self._networks = None if allowed_ips is None else [_network(ip) for ip in allowed_ips]
 
@@ -128,6 +135,13 @@ class CallbackReceiver:
         limit = self.max_body_bytes
         log.warning("refused a callback from %s: body over %d bytes (413)", remote, limit)
         return _TOO_LARGE
+
+    def too_slow(self, remote: str | None) -> Answer:
+        """The answer to a body that did not arrive within ``body_timeout``."""
+        log.warning(
+            "refused a callback from %s: body not read in %gs (408)", remote, self.body_timeout
+        )
+        return _TOO_SLOW
 
     async def accept(self, body: bytes, remote: str | None = None) -> Answer:
         """Parse and store one body: 200 once durable, 400 unreadable, 503 not stored."""

@@ -58,7 +58,7 @@ for i = 3, #ARGV, 11 do
         redis.call('HSET', m, 'g', campaign)
         kept = campaign
       end
-      if rank > tonumber(cur[1]) then
+      if rank > tonumber(cur[1]) or (rank == tonumber(cur[1]) and status < old) then
         redis.call('HINCRBY', counts(kept), old, -1)
         redis.call('HINCRBY', counts(kept), status, 1)
         redis.call('HSET', m, 's', status, 'r', rank)

@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
+from .._e164 import to_e164
 from .._models import DispatchResult, FailedRecipient, ValidMessage, valid_messages
 from ._events import number_key
 from ._store import MessageState
@@ -66,6 +67,7 @@ async def resolve_maybe_sent(
     campaign_name: str,
     sent_after: dt.datetime | None = None,
     known_ids: Collection[str] = (),
+    region: str | None = None,
 ) -> MaybeSentResolution:
     """Confirm the ``maybe_sent`` recipients the service's callbacks show it acted on.
 
@@ -80,10 +82,15 @@ async def resolve_maybe_sent(
             the service's.
         known_ids: ids the service already gave for other recipients of the job (read
             back from a results file, say): never taken for a ``maybe_sent`` one.
+        region: the call's ``region`` when it was sent with ``prevalidate``: a number
+            written without ``+`` went out in E.164 through it, and its callbacks carry
+            that form (needs the ``phonenumbers`` extra, as ``prevalidate`` does).
 
     Returns:
         The confirmed and the still unknown recipients. Two recipients with the same
-        number take one callback reference each, in input order, oldest message first.
+        number take one callback reference each, in input order, oldest message first;
+        when a number has fewer usable references than recipients, none of them is
+        confirmed (which ones went is not known).
     """
     taken: set[str] = set(known_ids)
     if isinstance(failed, DispatchResult):
@@ -93,24 +100,27 @@ async def resolve_maybe_sent(
         candidates = [f for f in failed if f.maybe_sent]
     by_number: dict[str, list[FailedRecipient]] = {}
     for recipient in sorted(candidates, key=lambda f: f.position):
-        by_number.setdefault(number_key(recipient.recipient.number), []).append(recipient)
+        number = recipient.recipient.number
+        if region is not None:
+            number = to_e164(number, region) or number
+        by_number.setdefault(number_key(number), []).append(recipient)
     confirmed: list[ValidMessage] = []
     unconfirmed: list[FailedRecipient] = []
     states: dict[str, MessageState] = {}
     for digits, recipients in by_number.items():
         found = await tracker.messages_for(digits, campaign_name) if digits else []
-        usable = iter(
+        usable = [
             state
             for state in found
             if state.reference not in taken
             and state.status.confirms_sent
             and (sent_after is None or state.first_event_at >= sent_after)
-        )
-        for recipient in recipients:
-            state = next(usable, None)
-            if state is None:
-                unconfirmed.append(recipient)
-                continue
+        ]
+        if len(usable) < len(recipients):
+            # Which of them went is not known: a wrong guess is a message lost.
+            unconfirmed.extend(recipients)
+            continue
+        for recipient, state in zip(recipients, usable, strict=False):
             taken.add(state.reference)
             states[state.reference] = state
             confirmed.append(

@@ -60,7 +60,7 @@ class CallbackServer:
         self.tracker = tracker
         self.receiver = CallbackReceiver(
             tracker,
-            token=token or CallbackReceiver.new_token(),
+            token=CallbackReceiver.new_token() if token is None else token,
             allowed_ips=allowed_ips,
             max_body_bytes=max_body_bytes,
         )

@@ -58,7 +58,8 @@ _INSERT_EVENT: Final = (
     "INSERT OR IGNORE INTO events (key, reference, received, body) VALUES (?, ?, ?, ?)"
 )
 # Idempotent, so a re-delivered event may go through it again: the status only moves to
-# a higher rank (first seen wins a tie), the times only widen, names fill in once.
+# a higher rank (at equal ranks the lesser status name, whatever the order), the times
+# only widen, names fill in once.
 _FOLD_MESSAGE: Final = """
 INSERT INTO messages
     (reference, digits, number, campaign, status, rank, channel, first_at, last_at)
@@ -67,8 +68,10 @@ ON CONFLICT (reference) DO UPDATE SET
     digits = coalesce(digits, excluded.digits),
     number = coalesce(number, excluded.number),
     campaign = coalesce(campaign, excluded.campaign),
-    status = CASE WHEN excluded.rank > rank THEN excluded.status ELSE status END,
-    channel = CASE WHEN excluded.rank > rank THEN coalesce(excluded.channel, channel)
+    status = CASE WHEN excluded.rank > rank OR (excluded.rank = rank AND excluded.status < status)
+                  THEN excluded.status ELSE status END,
+    channel = CASE WHEN excluded.rank > rank OR (excluded.rank = rank AND excluded.status < status)
+                   THEN coalesce(excluded.channel, channel)
                    ELSE coalesce(channel, excluded.channel) END,
     rank = max(rank, excluded.rank),
     first_at = min(first_at, excluded.first_at),
@@ -220,26 +223,22 @@ class SQLiteDeliveryStore:
         connection = self._writer
         if connection is None:
             raise SessionClosedError("the delivery store is closed")
-        inserts, folds = [], []
-        for event in events:  # one pass: this thread holds the GIL while it runs
-            r = event_row(event, received_at)
-            inserts.append((r.key, r.reference, r.received, r.body))
-            folds.append(
-                (
-                    r.reference,
-                    r.digits or None,
-                    r.number,
-                    r.campaign,
-                    r.status,
-                    r.rank,
-                    r.channel,
-                    r.at,
-                    r.at,
-                )
-            )
+        rows = [event_row(event, received_at) for event in events]
         connection.execute("BEGIN IMMEDIATE")
         try:
-            connection.executemany(_INSERT_EVENT, inserts)
+            [(last,)] = connection.execute("SELECT coalesce(max(seq), 0) FROM events")
+            connection.executemany(
+                _INSERT_EVENT, [(r.key, r.reference, r.received, r.body) for r in rows]
+            )
+            # Only what was inserted is folded: an ignored row was stored before.
+            inserted = "SELECT reference, key FROM events WHERE seq > ?"
+            new = set(connection.execute(inserted, (last,)))
+            folds = []
+            for r in rows:  # an event twice in the batch was inserted once
+                if (r.reference, r.key) in new:
+                    new.discard((r.reference, r.key))
+                    fold = (r.reference, r.digits or None, r.number, r.campaign, r.status)
+                    folds.append((*fold, r.rank, r.channel, r.at, r.at))
             connection.executemany(_FOLD_MESSAGE, folds)
             connection.execute("COMMIT")
         except BaseException:

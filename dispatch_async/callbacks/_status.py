@@ -23,7 +23,9 @@ class DeliveryStatus(enum.StrEnum):
     (`rank`): ``unknown`` < ``sent`` < ``failed`` = ``blocked_duplicate`` < ``delivered``
     = ``delivered_sms`` < ``read`` < ``interaction``. A delivery receipt outranks a
     failure because it is proof: the failure was of one attempt (the RCS one, before the
-    SMS fallback delivered it). Between equal ranks the first one seen stays.
+    SMS fallback delivered it). Between equal ranks the lesser name stays (``delivered``
+    over ``delivered_sms``, ``blocked_duplicate`` over ``failed``), so that the same
+    events give the same status in any order of arrival.
     """
 
     UNKNOWN = "unknown"

@@ -3,7 +3,8 @@
 A store writes batches of events durably and answers four questions: one message,
 the messages of a number, the counts by status of a campaign, and the events since a
 cursor (the change stream). Its folding rule is the status ladder's: a message's status
-is the highest-ranked of its events (`DeliveryStatus.rank`), first seen at equal ranks.
+is the highest-ranked of its events (`DeliveryStatus.rank`), the lesser name at equal
+ranks (so arrival order does not matter).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -19,7 +20,12 @@ from functools import partial
 from types import TracebackType
 from typing import Final, Self, TypeVar
 
-from .._exceptions import DeliveryStoreError, DispatchError, SessionClosedError
+from .._exceptions import (
+    ConfigurationError,
+    DeliveryStoreError,
+    DispatchError,
+    SessionClosedError,
+)
 from ._events import DeliveryEvent
 from ._sqlite import SQLiteDeliveryStore
 from ._status import DeliveryStatus
@@ -37,6 +43,9 @@ DEFAULT_MAX_BATCH: Final = 2000
 DEFAULT_POLL_INTERVAL: Final = 1.0
 #: Events read from the store at a time by the change stream.
 _PAGE: Final = 500
+#: Seconds a close waits for the change stream to read the last write (a consumer that
+#: stopped iterating must not hold the close up).
+_TAIL_GRACE: Final = 5.0
 
 
 class _State(enum.Enum):
@@ -71,6 +80,10 @@ class DeliveryTracker:
         max_batch: int = DEFAULT_MAX_BATCH,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> None:
+        if type(max_batch) is not int or max_batch < 1:
+            raise ConfigurationError(f"max_batch must be a whole number >= 1, not {max_batch!r}")
+        if not isinstance(poll_interval, int | float) or not 0 < poll_interval < math.inf:
+            raise ConfigurationError(f"poll_interval must be seconds > 0, not {poll_interval!r}")
         self.store: DeliveryStore = (
             SQLiteDeliveryStore(store) if isinstance(store, str | os.PathLike) else store
         )
@@ -82,6 +95,10 @@ class DeliveryTracker:
         self._committed = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._opened_at = ""
+        self._drained = False  # the writer has stored everything recorded: tails end
+        self._tails = 0
+        self._no_tails = asyncio.Event()
+        self._no_tails.set()
 
     def __repr__(self) -> str:
         return f"<DeliveryTracker {self.store!r} {self._state.value}>"
@@ -109,6 +126,12 @@ class DeliveryTracker:
         self._committed.set()
         if self._writer is not None:
             await asyncio.shield(self._writer)
+            # The change stream reads what that last write stored, then the store closes.
+            self._drained = True
+            self._committed.set()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_TAIL_GRACE):
+                    await self._no_tails.wait()
             await self.store.aclose()
 
     async def __aenter__(self) -> Self:
@@ -165,21 +188,33 @@ class DeliveryTracker:
 
         Events other processes store in the same place are seen too (within
         ``poll_interval``); a re-delivery is not stored, so not seen again. The
-        iteration ends when the tracker closes.
+        iteration ends when the tracker closes, after the events its close wrote.
         """
         return self._tail()
 
     async def _tail(self) -> AsyncIterator[DeliveryEvent]:
+        if self._state is not _State.OPEN:
+            return
         cursor = self._opened_at
-        while self._state is _State.OPEN:
-            signal = self._committed
-            events, cursor = await self._guarded(partial(self.store.changes, cursor, _PAGE))
-            for event in events:
-                yield event
-            if len(events) < _PAGE and self._state is _State.OPEN:
+        self._tails += 1
+        self._no_tails.clear()
+        try:
+            while True:
+                drained, signal = self._drained, self._committed
+                events, cursor = await self._guarded(partial(self.store.changes, cursor, _PAGE))
+                for event in events:
+                    yield event
+                if len(events) == _PAGE:
+                    continue
+                if drained:  # caught up with the last write: the end
+                    return
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll_interval):
                         await signal.wait()
+        finally:
+            self._tails -= 1
+            if not self._tails:
+                self._no_tails.set()
 
     async def _write_loop(self) -> None:
         while True:
