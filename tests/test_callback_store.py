@@ -75,11 +75,13 @@ class TestTheFile:
         other.close()
 
     async def test_an_event_not_stored_changes_no_message(self, tracker: DeliveryTracker) -> None:
-        stored, ignored = reference(), reference()
-        same = "0" * 32  # two events with one key: the second is taken for a re-delivery
-        await tracker.record(DeliveryEvent(reference=stored, status=DeliveryStatus.SENT, key=same))
-        await tracker.record(DeliveryEvent(reference=ignored, status=DeliveryStatus.READ, key=same))
-        assert await tracker.message(ignored) is None
+        ref = reference()
+        same = "0" * 32  # a message's two events with one key: the second is a re-delivery
+        await tracker.record(DeliveryEvent(reference=ref, status=DeliveryStatus.SENT, key=same))
+        await tracker.record(DeliveryEvent(reference=ref, status=DeliveryStatus.READ, key=same))
+        state = await tracker.message(ref)
+        assert state is not None
+        assert (state.status, state.events) == (DeliveryStatus.SENT, 1)
 
     async def test_the_file_is_in_wal_mode_with_full_sync(
         self, tracker: DeliveryTracker, path: Path

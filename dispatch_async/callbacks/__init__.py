@@ -13,7 +13,7 @@ it on its own server (`CallbackServer`).
 from ._aiohttp import aiohttp_handler
 from ._asgi import asgi_app
 from ._events import DeliveryEvent, parse_event
-from ._receiver import DEFAULT_MAX_BODY_BYTES, CallbackReceiver
+from ._receiver import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, CallbackReceiver
 from ._redis_store import DEFAULT_LOG_LENGTH, RedisDeliveryStore
 from ._resolve import MaybeSentResolution, resolve_maybe_sent
 from ._serve import CallbackServer
@@ -23,6 +23,7 @@ from ._store import DeliveryStore, MessageState
 from ._tracker import DEFAULT_MAX_BATCH, DEFAULT_POLL_INTERVAL, DeliveryTracker
 
 __all__ = [
+    "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_LOG_LENGTH",
     "DEFAULT_MAX_BATCH",
     "DEFAULT_MAX_BODY_BYTES",
