@@ -26,7 +26,18 @@ HANG = 30.0
 # Hypothesis' per-example deadline (200 ms) times the machine, not the code: under coverage,
 # mutation testing or a loaded host an example takes longer, and fails for nothing.
 hypothesis.settings.register_profile("dispatch", deadline=None)
-hypothesis.settings.load_profile("dispatch")
+# Under mutation testing (mutmut sets MUTANT_UNDER_TEST in every process it runs tests in)
+# each mutant reruns the properties: a few fixed examples find a broken function as well,
+# and shrinking (the bulk of a failing property's time) tells mutmut nothing it uses.
+hypothesis.settings.register_profile(
+    "mutation",
+    deadline=None,
+    max_examples=10,
+    derandomize=True,
+    database=None,
+    phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+)
+hypothesis.settings.load_profile("mutation" if "MUTANT_UNDER_TEST" in os.environ else "dispatch")
 TEMPLATE = {"template_id": "pix_reminder"}
 
 
