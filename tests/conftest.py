@@ -38,6 +38,35 @@ hypothesis.settings.register_profile(
     phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
 )
 hypothesis.settings.load_profile("mutation" if "MUTANT_UNDER_TEST" in os.environ else "dispatch")
+
+#: Under mutation testing, the test files that speak for each core module. mutmut runs a
+#: mutant against every test that reaches the mutated function, and on the way to a
+#: request most tests reach most functions: a surviving mutant cost the whole selection.
+#: A mutant runs only the tests of its module's files among those (all of them if none).
+MUTATION_TEST_FILES = {
+    "_endpoints": {"test_endpoints", "test_simulator_recording", "test_before_send"},
+    "_wire": {"test_outcomes", "test_token_answer", "test_endpoints", "test_hostile_service"},
+    "_matching": {"test_outcomes", "test_properties", "test_positions", "test_hostile_service"},
+    "_recipients": {"test_recipients", "test_positions", "test_properties", "test_batcher"},
+    "_batch": {"test_batcher", "test_plan", "test_job_control", "test_positions", "test_options"},
+    "_retry": {"test_retry_timing", "test_outcomes", "test_token", "test_hostile_service"},
+    "_auth": {"test_token", "test_token_answer", "test_real_service", "test_http_safety"},
+    "_screen": {"test_batcher", "test_plan", "test_before_send", "test_positions"},
+    "_throttle": {"test_adaptive_rate", "test_batcher", "test_options", "test_simulator_limits"},
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")  # "dispatch_async._retry.x_f__mutmut_3"
+    if "__mutmut_" not in mutant:
+        return
+    files = MUTATION_TEST_FILES.get(mutant.split(".")[1], set())
+    kept = [item for item in items if item.path.stem in files]
+    if kept and len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
 TEMPLATE = {"template_id": "pix_reminder"}
 
 
