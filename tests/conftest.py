@@ -36,6 +36,12 @@ hypothesis.settings.register_profile(
     derandomize=True,
     database=None,
     phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+    # mutmut runs a test more than once in a process (to learn what it reaches, then
+    # clean), each time on a new instance of its class; and a loaded machine is slow.
+    suppress_health_check=[
+        hypothesis.HealthCheck.differing_executors,
+        hypothesis.HealthCheck.too_slow,
+    ],
 )
 hypothesis.settings.load_profile("mutation" if "MUTANT_UNDER_TEST" in os.environ else "dispatch")
 
