@@ -10,7 +10,7 @@ import pytest
 
 import dispatch_async as da
 from dispatch_async._adaptive import Aimd, RateState
-from dispatch_async._throttle import Throttle
+from dispatch_async._throttle import LocalRate, Slot, Throttle
 from dispatch_async.instrumentation import Event, RateChanged
 from dispatch_async.testing import FakeClock, FakeDispatchServer
 from tests.cli_helpers import dispatch_async, records, write_csv
@@ -114,6 +114,23 @@ class TestTheAlgorithm:
     @pytest.mark.parametrize("text", ["", "garbage", "1 2 3 4", "-5 1 0 - start", "5 1 0 - odd"])
     def test_a_value_it_did_not_write_decodes_to_nothing(self, text: str) -> None:
         assert RateState.decode(text) is None
+
+
+class TestThisProcessLearning:
+    """`LocalRate`: the algorithm fed by the statuses of this process's requests."""
+
+    async def test_only_a_200_or_a_429_moves_the_rate(self) -> None:
+        now = [100.0]
+        rate = LocalRate(Aimd(initial=10, interval=1.0), clock=lambda: now[0])
+        start = rate.state
+        now[0] = 102.0
+        for status in (500, 503, 401, 400):
+            await rate.answered(Slot(start.version, held=True), status)
+        assert rate.state is start
+        await rate.answered(Slot(start.version, held=True), 200)
+        assert rate.state.rate == 20
+        await rate.answered(Slot(rate.state.version, held=True), 429)
+        assert rate.state.rate == pytest.approx(16)
 
 
 class TestRetryAfter:

@@ -546,6 +546,36 @@ class TestTypedAnswer:
         assert _outcome_of(result) == _outcome_of(result_from_answer(chunk, decode_json(body)))
         assert len(result.valid) + len(result.invalid) == len(sent)
 
+    @pytest.mark.parametrize("decode", [decode_answer, decode_json])
+    def test_a_session_id_that_is_not_a_string_is_none_and_the_others_are_kept(
+        self, decode: Callable[[bytes], object]
+    ) -> None:
+        chunk = Chunk(0, 3, [{"number": n, "vars": {}} for n in ["+1", "+2", "+3"]])
+        valid = [
+            {"id": "a", "number": "+1", "session_id": "s-1"},
+            {"id": "b", "number": "+2", "session_id": 7},
+            {"id": "c", "number": "+3"},
+        ]
+        body = orjson.dumps({"validMessages": valid, "invalidMessages": []})
+        result = result_from_answer(chunk, decode(body))
+        assert [(v.id, v.session_id) for v in result.valid] == [
+            ("a", "s-1"),
+            ("b", None),
+            ("c", None),
+        ]
+
+    @pytest.mark.parametrize("decode", [decode_answer, decode_json])
+    def test_an_empty_id_fails_its_recipient_as_maybe_sent(
+        self, decode: Callable[[bytes], object]
+    ) -> None:
+        chunk = Chunk(0, 2, [{"number": n, "vars": {}} for n in ["+1", "+2"]])
+        valid = [{"id": "", "number": "+1"}, {"id": "b", "number": "+2"}]
+        result = result_from_answer(chunk, decode(orjson.dumps({"validMessages": valid})))
+        assert [v.id for v in result.valid] == ["b"]
+        [failure] = result.failed
+        assert (failure.recipient.number, failure.maybe_sent) == ("+1", True)
+        assert "without a usable id" in str(failure.error)
+
     @pytest.mark.parametrize(
         "body",
         [

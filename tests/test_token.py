@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
 
 import pytest
 
 import dispatch_async as da
+from dispatch_async._auth import Secret
 from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .conftest import SECRET, session_for
@@ -158,6 +160,20 @@ class TestRejectedSecret:
 
 
 class TestSecrecy:
+    def test_the_secrets_holder_shows_stars_compares_by_value_and_cannot_be_pickled(
+        self,
+    ) -> None:
+        secret = Secret("s3cr3t-value")
+        assert repr(secret) == str(secret) == f"{secret}" == "Secret('********')"
+        assert secret.reveal() == "s3cr3t-value"
+        assert secret == Secret("s3cr3t-value")
+        assert secret != Secret("other")
+        assert secret != "s3cr3t-value"
+        assert len({secret, Secret("s3cr3t-value"), Secret("other")}) == 2
+        with pytest.raises(TypeError, match="cannot be pickled") as caught:
+            pickle.dumps(secret)
+        assert "s3cr3t" not in str(caught.value)
+
     async def test_secret_and_token_never_reach_reprs_or_logs(
         self, server: FakeDispatchServer, caplog: pytest.LogCaptureFixture
     ) -> None:
