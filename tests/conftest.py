@@ -56,8 +56,14 @@ MUTATION_TEST_FILES = {
     "_recipients": {"test_recipients", "test_positions", "test_properties", "test_batcher"},
     "_batch": {"test_batcher", "test_plan", "test_job_control", "test_positions", "test_options"},
     "_retry": {"test_retry_timing", "test_outcomes", "test_token", "test_hostile_service"},
-    "_auth": {"test_token", "test_token_answer", "test_real_service", "test_http_safety"},
-    "_screen": {"test_batcher", "test_plan", "test_before_send", "test_positions"},
+    "_auth": {
+        "test_token",
+        "test_token_answer",
+        "test_real_service",
+        "test_http_safety",
+        "test_shared_token",
+    },
+    "_screen": {"test_exclude", "test_batcher", "test_plan", "test_before_send", "test_positions"},
     "_throttle": {"test_adaptive_rate", "test_batcher", "test_options", "test_simulator_limits"},
 }
 
