@@ -50,10 +50,27 @@ hypothesis.settings.load_profile("mutation" if "MUTANT_UNDER_TEST" in os.environ
 #: request most tests reach most functions: a surviving mutant cost the whole selection.
 #: A mutant runs only the tests of its module's files among those (all of them if none).
 MUTATION_TEST_FILES = {
-    "_endpoints": {"test_endpoints", "test_simulator_recording", "test_before_send"},
-    "_wire": {"test_outcomes", "test_token_answer", "test_endpoints", "test_hostile_service"},
+    "_endpoints": {
+        "test_endpoints",
+        "test_simulator_recording",
+        "test_before_send",
+        "test_real_service",
+    },
+    "_wire": {
+        "test_outcomes",
+        "test_token_answer",
+        "test_endpoints",
+        "test_hostile_service",
+        "test_real_service",
+    },
     "_matching": {"test_outcomes", "test_properties", "test_positions", "test_hostile_service"},
-    "_recipients": {"test_recipients", "test_positions", "test_properties", "test_batcher"},
+    "_recipients": {
+        "test_recipients",
+        "test_positions",
+        "test_properties",
+        "test_batcher",
+        "test_job_control",
+    },
     "_batch": {"test_batcher", "test_plan", "test_job_control", "test_positions", "test_options"},
     "_retry": {"test_retry_timing", "test_outcomes", "test_token", "test_hostile_service"},
     "_auth": {
@@ -63,7 +80,14 @@ MUTATION_TEST_FILES = {
         "test_http_safety",
         "test_shared_token",
     },
-    "_screen": {"test_exclude", "test_batcher", "test_plan", "test_before_send", "test_positions"},
+    "_screen": {
+        "test_exclude",
+        "test_batcher",
+        "test_plan",
+        "test_before_send",
+        "test_positions",
+        "test_hostile_service",
+    },
     "_throttle": {"test_adaptive_rate", "test_batcher", "test_options", "test_simulator_limits"},
 }
 

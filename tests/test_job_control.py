@@ -189,6 +189,7 @@ class TestAMalformedRecipientInAnIterator:
             )
         error = caught.value
         assert error.position == 25
+        assert error.problem == "expected a number string, a Recipient or a mapping, not int"
         assert error.result is not None
         assert error.result.positions == range(25)
         assert [v.number for v in error.result.valid] == items[:20]

@@ -586,7 +586,8 @@ class TestTypedAnswer:
         ],
     )
     def test_garbage_is_refused_as_the_careful_decode_refuses_it(self, body: bytes) -> None:
-        with pytest.raises(da.MalformedResponseError):
+        with pytest.raises(da.MalformedResponseError) as caught:
             decode_json(body)
+        assert str(caught.value) == f"the answer is not JSON ({len(body)} bytes)"
         with pytest.raises(da.MalformedResponseError):
             decode_answer(body)

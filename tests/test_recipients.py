@@ -98,6 +98,19 @@ class TestRefusedForms:
         assert caught.value.position == 1
         assert complaint in str(caught.value)
 
+    @pytest.mark.parametrize(
+        ("item", "problem"),
+        [
+            ("", "the number is an empty string"),
+            ({"number": "1", "vars": ["a"]}, "'vars' must be a mapping, not list"),
+            ({"number": "1", "vars": 5}, "'vars' must be a mapping, not int"),
+        ],
+    )
+    def test_the_problem_is_told_exactly(self, item: Any, problem: str) -> None:
+        with pytest.raises(da.InvalidRecipientError) as caught:
+            to_wire([item], 0)
+        assert caught.value.problem == problem
+
     def test_the_error_is_also_a_value_error_and_a_type_error(self) -> None:
         with pytest.raises(ValueError, match="position 0"):
             to_wire([3], 0)
