@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -92,15 +93,41 @@ MUTATION_TEST_FILES = {
 }
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _under_a_mutant() -> str | None:
+    """The module of the mutant mutmut runs the tests against (``_retry``), if any."""
     mutant = os.environ.get("MUTANT_UNDER_TEST", "")  # "dispatch_async._retry.x_f__mutmut_3"
-    if "__mutmut_" not in mutant:
+    return mutant.split(".")[1] if "__mutmut_" in mutant else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    module = _under_a_mutant()
+    if module is None:
         return
-    files = MUTATION_TEST_FILES.get(mutant.split(".")[1], set())
+    files = MUTATION_TEST_FILES.get(module, set())
     kept = [item for item in items if item.path.stem in files]
     if kept and len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    """Under a mutant, a test that runs past HANG fails (killed), even one the mutant sent
+    into an endless loop on the event loop's thread, where no asyncio timeout can reach:
+    mutmut's own limit comes from every test of the function, minutes for a hang."""
+    if _under_a_mutant() is None:
+        return (yield)
+
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError(f"ran past {HANG:.0f}s under a mutant")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(int(HANG))
+    try:
+        return (yield)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 TEMPLATE = {"template_id": "pix_reminder"}

@@ -346,6 +346,15 @@ class TestReconciliation:
             "number(s) that were not sent"
         ]
 
+    @pytest.mark.parametrize("listed", ["validMessages", "invalidMessages"])
+    def test_a_list_the_answer_leaves_out_is_empty(self, listed: str) -> None:
+        [number] = numbers(1)
+        entry = {"id": "a", "number": number, "reason": "no", "extra": 1}  # the careful path
+        chunk = Chunk(0, 1, [{"number": number, "vars": {}}])
+        result = result_from_answer(chunk, orjson.loads(orjson.dumps({listed: [entry]})))
+        assert not result.failed
+        assert len(result.valid if listed == "validMessages" else result.invalid) == 1
+
     @pytest.mark.parametrize(
         ("answer", "problem"),
         [
