@@ -204,6 +204,10 @@ class TestMalformedAnswer:
                 b'{"access_token": "t", "token_type": "MAC"}',
                 "the token answer is not usable: unsupported token_type 'MAC'",
             ),
+            (
+                b'{"access_token": "t", "token_type": "' + b"x" * 25 + b'"}',
+                "the token answer is not usable: unsupported token_type '" + "x" * 20 + "'",
+            ),
         ],
     )
     def test_the_problem_is_told_exactly(self, body: bytes, problem: str) -> None:
