@@ -423,7 +423,7 @@ class TokenKeeper:
                     exc,
                     max(self._remaining(), 0.0),
                 )
-            except Exception:  # never let the refresh task die
+            except Exception:  # pragma: no cover - defensive: never let the refresh task die
                 failures += 1
                 log.exception("unexpected error while refreshing the access token")
 

@@ -312,7 +312,7 @@ def _outcome(
         return result_from_error(
             chunk, error, requests=flight.requests, retries=flight.retries
         ), error
-    raise error  # a bug: chunk tasks turn every other failure into a result
+    raise error  # pragma: no cover - a bug: chunk tasks turn every other failure into a result
 
 
 async def collected(parts: AsyncGenerator[DispatchResult, None]) -> DispatchResult:

@@ -88,7 +88,8 @@ def result_from_answer(
             )
         try:
             data = decode_json(data.body)
-        except MalformedResponseError as unreadable:
+        # Defensive: msgspec has decoded this body as JSON; orjson refuses none it accepts.
+        except MalformedResponseError as unreadable:  # pragma: no cover
             return result_from_error(chunk, unreadable, requests=requests, retries=retries)
     if not isinstance(data, dict):
         error = MalformedResponseError(f"the answer is a JSON {type(data).__name__}, not an object")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,109 @@ HANG = 30.0
 # Hypothesis' per-example deadline (200 ms) times the machine, not the code: under coverage,
 # mutation testing or a loaded host an example takes longer, and fails for nothing.
 hypothesis.settings.register_profile("dispatch", deadline=None)
-hypothesis.settings.load_profile("dispatch")
+# Under mutation testing (mutmut sets MUTANT_UNDER_TEST in every process it runs tests in)
+# each mutant reruns the properties: a few fixed examples find a broken function as well,
+# and shrinking (the bulk of a failing property's time) tells mutmut nothing it uses.
+hypothesis.settings.register_profile(
+    "mutation",
+    deadline=None,
+    max_examples=10,
+    derandomize=True,
+    database=None,
+    phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+    # mutmut runs a test more than once in a process (to learn what it reaches, then
+    # clean), each time on a new instance of its class; and a loaded machine is slow.
+    suppress_health_check=[
+        hypothesis.HealthCheck.differing_executors,
+        hypothesis.HealthCheck.too_slow,
+    ],
+)
+hypothesis.settings.load_profile("mutation" if "MUTANT_UNDER_TEST" in os.environ else "dispatch")
+
+#: Under mutation testing, the test files that speak for each core module. mutmut runs a
+#: mutant against every test that reaches the mutated function, and on the way to a
+#: request most tests reach most functions: a surviving mutant cost the whole selection.
+#: A mutant runs only the tests of its module's files among those (all of them if none).
+MUTATION_TEST_FILES = {
+    "_endpoints": {
+        "test_endpoints",
+        "test_simulator_recording",
+        "test_before_send",
+        "test_real_service",
+    },
+    "_wire": {
+        "test_outcomes",
+        "test_token_answer",
+        "test_endpoints",
+        "test_hostile_service",
+        "test_real_service",
+    },
+    "_matching": {"test_outcomes", "test_properties", "test_positions", "test_hostile_service"},
+    "_recipients": {
+        "test_recipients",
+        "test_positions",
+        "test_properties",
+        "test_batcher",
+        "test_job_control",
+    },
+    "_batch": {"test_batcher", "test_plan", "test_job_control", "test_positions", "test_options"},
+    "_retry": {"test_retry_timing", "test_outcomes", "test_token", "test_hostile_service"},
+    "_auth": {
+        "test_token",
+        "test_token_answer",
+        "test_real_service",
+        "test_http_safety",
+        "test_shared_token",
+    },
+    "_screen": {
+        "test_exclude",
+        "test_batcher",
+        "test_plan",
+        "test_before_send",
+        "test_positions",
+        "test_hostile_service",
+    },
+    "_throttle": {"test_adaptive_rate", "test_batcher", "test_options", "test_simulator_limits"},
+}
+
+
+def _under_a_mutant() -> str | None:
+    """The module of the mutant mutmut runs the tests against (``_retry``), if any."""
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")  # "dispatch_async._retry.x_f__mutmut_3"
+    return mutant.split(".")[1] if "__mutmut_" in mutant else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    module = _under_a_mutant()
+    if module is None:
+        return
+    files = MUTATION_TEST_FILES.get(module, set())
+    kept = [item for item in items if item.path.stem in files]
+    if kept and len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    """Under a mutant, a test that runs past HANG fails (killed), even one the mutant sent
+    into an endless loop on the event loop's thread, where no asyncio timeout can reach:
+    mutmut's own limit comes from every test of the function, minutes for a hang."""
+    if _under_a_mutant() is None:
+        return (yield)
+
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError(f"ran past {HANG:.0f}s under a mutant")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(int(HANG))
+    try:
+        return (yield)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 TEMPLATE = {"template_id": "pix_reminder"}
 
 

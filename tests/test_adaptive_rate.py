@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 import dispatch_async as da
+from dispatch_async import _throttle
 from dispatch_async._adaptive import Aimd, RateState
-from dispatch_async._throttle import Throttle
+from dispatch_async._throttle import LocalRate, Pace, Slot, Throttle, steady_limiter
 from dispatch_async.instrumentation import Event, RateChanged
 from dispatch_async.testing import FakeClock, FakeDispatchServer
 from tests.cli_helpers import dispatch_async, records, write_csv
@@ -114,6 +116,135 @@ class TestTheAlgorithm:
     @pytest.mark.parametrize("text", ["", "garbage", "1 2 3 4", "-5 1 0 - start", "5 1 0 - odd"])
     def test_a_value_it_did_not_write_decodes_to_nothing(self, text: str) -> None:
         assert RateState.decode(text) is None
+
+
+class TestThisProcessLearning:
+    """`LocalRate`: the algorithm fed by the statuses of this process's requests."""
+
+    async def test_only_a_200_or_a_429_moves_the_rate(self) -> None:
+        now = [100.0]
+        rate = LocalRate(Aimd(initial=10, interval=1.0), clock=lambda: now[0])
+        start = rate.state
+        now[0] = 102.0
+        for status in (500, 503, 401, 400):
+            await rate.answered(Slot(start.version, held=True), status)
+        assert rate.state is start
+        await rate.answered(Slot(start.version, held=True), 200)
+        assert rate.state.rate == 20
+        await rate.answered(Slot(rate.state.version, held=True), 429)
+        assert rate.state.rate == pytest.approx(16)
+
+
+class _Learner:
+    """A learned rate the test sets by hand (`Learner`)."""
+
+    def __init__(self, shared: bool) -> None:
+        self.shared = shared
+        self.state: RateState | None = None
+
+    async def take(self) -> Slot:
+        return Slot(0 if self.state is None else self.state.version, held=False)
+
+    async def answered(self, slot: Slot, status: int) -> None:
+        pass
+
+    async def hold(self, seconds: float) -> None:
+        pass
+
+
+class _Fleet:
+    """A shared limiter whose ``learner`` is *learner* (as `RedisRateLimiter` has one)."""
+
+    def __init__(self, learner: _Learner) -> None:
+        self.learner = learner
+
+    async def acquire(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+class TestWhatTheThrottleTells:
+    @pytest.mark.parametrize(("shared", "whose"), [(False, "the"), (True, "the fleet's")])
+    async def test_each_change_of_the_learned_rate_once_in_the_log_and_to_on_change(
+        self, caplog: pytest.LogCaptureFixture, shared: bool, whose: str
+    ) -> None:
+        caplog.set_level(logging.DEBUG, logger="dispatch_async")
+        heard: list[tuple[RateState, RateState | None, bool]] = []
+        learner = _Learner(shared)
+        throttle = Throttle(shared=_Fleet(learner), on_change=lambda *change: heard.append(change))
+        clock = FakeClock()
+        aimd = Aimd(initial=10, interval=1.0)
+
+        slot = await throttle.wait(clock)  # no rate yet: nothing to tell
+        start = learner.state = aimd.start(now=0.0)
+        slot = await throttle.wait(clock)
+        await throttle.answered(slot, 200)  # the same state: told once
+        learner.state = RateState(start.rate, start.version, 0.5)  # same version, anew
+        await throttle.answered(slot, 200)
+        up = learner.state = grown(aimd, start, 1.0)
+        await throttle.answered(slot, 200)
+        down = learner.state = aimd.limited(up, up.version, 1.5)
+        await throttle.answered(slot, 429)
+
+        told = [(r.levelno, r.getMessage()) for r in caplog.records if "request rate" in r.msg]
+        assert told == [
+            (logging.DEBUG, f"{whose} learned request rate is 10/s (was unknown): first rate"),
+            (
+                logging.DEBUG,
+                f"{whose} learned request rate is 20/s (was 10/s): requests went through",
+            ),
+            (logging.INFO, f"{whose} learned request rate is 16/s (was 20/s): a 429"),
+        ]
+        assert heard == [(start, None, shared), (up, start, shared), (down, up, shared)]
+
+
+class _Time:
+    """`time` and `asyncio` for `Pace`: sleeps are noted and move the time on at once."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class TestThePace:
+    async def test_one_request_every_one_over_the_rate_read_afresh(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        fake = _Time()
+        monkeypatch.setattr(_throttle, "time", fake)
+        monkeypatch.setattr(_throttle, "asyncio", fake)
+        rate = [4.0]
+        pace = Pace(lambda: rate[0])
+        assert await pace.wait() is False
+        assert await pace.wait() is True
+        fake.now += 1.0  # idle for a second: the next one goes at once
+        assert await pace.wait() is False
+        rate[0] = 2.0
+        assert await pace.wait() is True
+        assert fake.sleeps == [0.25, 0.5]
+
+    def test_a_fixed_rate_lets_one_request_through_every_one_over_the_rate(self) -> None:
+        limiter = steady_limiter(8)
+        assert (limiter.max_rate, limiter.time_period) == (1, 0.125)
+
+    def test_a_fixed_rate_without_aiolimiter_says_what_to_install(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "aiolimiter", None)
+        with pytest.raises(da.ConfigurationError) as caught:
+            steady_limiter(8)
+        assert str(caught.value) == (
+            'a request rate needs aiolimiter: pip install "dispatch-async[rate]"'
+        )
 
 
 class TestRetryAfter:

@@ -299,6 +299,21 @@ class TestRefusedBeforeSending:
             ("send_single", {"text": None}, "requires text="),
             ("send_webhook", {"webhook": None, "text": "x"}, "requires webhook="),
             ("send_basic", {"text": "x", "fallback": ["sms"]}, "fallback[0] must be a Fallback"),
+            (
+                "send_basic",
+                {"text": "x", "fallback": [da.Fallback.sms("ok"), da.Fallback.sms("")]},
+                "fallback[1] needs a channel and non-empty content strings",
+            ),
+            (
+                "send_basic",
+                {"text": "x", "fallback": da.Fallback(None, "x")},  # type: ignore[arg-type]
+                "fallback[0] needs a channel and non-empty content strings",
+            ),
+            (
+                "send_basic",
+                {"text": "x", "fallback": da.Fallback.sms("caf\udce9")},
+                "fallback[0] has text that is not valid UTF-8",
+            ),
             ("send_basic", {"text": "x", "campaign_name": 3}, "campaign_name must be"),
             ("send_basic", {"text": "x", "chunk_size": 0}, "chunk_size must be a positive"),
             ("send_basic", {"text": "x", "deadline": -1}, "deadline must be a positive"),

@@ -86,7 +86,7 @@ class TestAWrongExcludeStopsBeforeSending:
         with pytest.raises(da.CallbackError) as caught:
             await session.send_template(numbers(5), **TEMPLATE, exclude=broken, chunk_size=2)
         assert isinstance(caught.value.__cause__, LookupError)
-        assert "+5511" not in str(caught.value), "no number in a message that may be logged"
+        assert str(caught.value) == "exclude raised LookupError; this chunk was not sent"
         result = caught.value.result
         assert result is not None
         assert result.positions == range(5)

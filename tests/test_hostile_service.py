@@ -288,6 +288,34 @@ class TestUnencodableText:
         assert "UTF-8" in refused.reason
         assert server.stats.recipients_received == 4
 
+    async def test_with_numbers_checked_locally_each_keeps_the_form_it_was_given_in(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given: list[object] = ["(11) 90000-0001", "(11) 90000-0002", "(11) 90000-0003"]
+        given[1] = {"number": given[1], "vars": {"name": "bad \udce9 byte"}}
+        result = await session.send_template(given, **TEMPLATE, prevalidate=True, region="BR")
+        assert [(v.number, v.position) for v in result.valid] == [
+            ("(11) 90000-0001", 0),
+            ("(11) 90000-0003", 2),
+        ]
+        assert [(i.number, i.position, i.reason) for i in result.invalid] == [
+            (
+                "(11) 90000-0002",
+                1,
+                "text that is not valid UTF-8 (a lone surrogate): it cannot be sent",
+            )
+        ]
+        assert server.stats.recipients_received == 2
+
+    async def test_a_number_that_cannot_be_encoded_is_shown_escaped(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        bad = "+5511900\udce90001"
+        result = await session.send_template([*numbers(2), bad], **TEMPLATE)
+        assert len(result.valid) == 2
+        [refused] = result.invalid
+        assert (refused.number, refused.position) == (repr(bad), 2)
+
     async def test_a_lone_surrogate_in_the_message_text_is_refused_before_sending(
         self, server: FakeDispatchServer, session: da.DispatchSession
     ) -> None:

@@ -189,12 +189,26 @@ class TestAMalformedRecipientInAnIterator:
             )
         error = caught.value
         assert error.position == 25
+        assert error.problem == "expected a number string, a Recipient or a mapping, not int"
         assert error.result is not None
         assert error.result.positions == range(25)
         assert [v.number for v in error.result.valid] == items[:20]
         assert [(f.recipient.number, f.maybe_sent) for f in error.result.failed] == [
             (n, False) for n in items[20:25]
         ]
+        assert server.stats.received == Counter(items[:20])
+
+    async def test_one_that_opens_its_chunk_stops_the_job_after_the_chunks_before(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        items: list[Any] = numbers(40)
+        items[20] = None
+        with pytest.raises(da.InvalidRecipientError) as caught:
+            await session.send_template(iter(items), **TEMPLATE, chunk_size=10)
+        assert caught.value.position == 20
+        assert caught.value.result is not None
+        assert caught.value.result.positions == range(20)
+        assert [v.number for v in caught.value.result.valid] == items[:20]
         assert server.stats.received == Counter(items[:20])
 
     async def test_a_stream_yields_the_completed_parts_then_raises(
@@ -289,6 +303,23 @@ class TestTheDeadline:
         assert result.positions == range(rows.read)
         assert accounted(result) == rows.items[: rows.read]
         assert result.counts["maybe_sent"] == 20
+
+    async def test_a_source_that_stops_yielding_is_cut_by_it_too(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        async def rows() -> AsyncIterator[str]:
+            for number in numbers(15):
+                yield number
+            await asyncio.Event().wait()  # a queue nobody fills any more
+            yield "never"
+
+        before = client_tasks()
+        async with asyncio.timeout(HANG):
+            result = await session.send_template(rows(), **TEMPLATE, chunk_size=10, deadline=0.5)
+        assert [v.number for v in result.valid] == numbers(10)
+        assert server.stats.recipients_received == 10
+        await one_loop_turn()
+        assert client_tasks() <= before, "the read of the next chunk was cancelled"
 
 
 class _TrippingList(Sequence[Any]):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -11,7 +12,7 @@ import pytest
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer, Fault
 
-from .conftest import SECRET, numbers
+from .conftest import HANG, SECRET, numbers
 
 NUMBER = "+5511987654321"
 
@@ -124,6 +125,27 @@ class TestClosingDuringACall:
         assert maybe_sent == set(server.stats.received)
         assert len(maybe_sent) == 70
         assert server.stats.dispatch_calls == 7  # nothing was sent after the close
+
+    async def test_a_call_waiting_on_its_source_stops_at_once(
+        self, server: FakeDispatchServer
+    ) -> None:
+        async def rows() -> AsyncIterator[str]:
+            for number in numbers(10):
+                yield number
+            await asyncio.Event().wait()  # a source that has nothing more for now
+            yield "never"
+
+        session = da.DispatchSession(server.url, client_secret=SECRET, account="acme")
+        call = asyncio.create_task(session.send_basic(rows(), text="x", chunk_size=10))
+        await server.wait_until(lambda: server.stats.recipients_received == 10)
+        async with asyncio.timeout(HANG):
+            await session.close()
+            with pytest.raises(da.SessionClosedError) as caught:
+                await call
+        result = caught.value.result
+        assert result is not None
+        assert [v.number for v in result.valid] == numbers(10)
+        assert not result.failed
 
 
 class TestCancellation:

@@ -9,6 +9,7 @@ service may have acted on was sent again.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections import Counter
@@ -303,6 +304,75 @@ class TestReconciliation:
         assert not result.failed
         assert not result.unexpected
 
+    def test_an_answer_read_carefully_keeps_every_field_it_gave(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        sent = numbers(4)
+        digits = [n.removeprefix("+") for n in sent]  # the careful path's matching
+        chunk = Chunk(20, 4, [{"number": n, "vars": {}} for n in sent])
+        answer = {
+            "validMessages": [
+                {"id": "a", "number": digits[0], "session_id": "s-a"},
+                {"id": "b", "number": digits[1], "session_id": 5},
+                {"id": "z", "number": "+5599999999999"},
+                "junk",
+            ],
+            "invalidMessages": [{"number": digits[2], "reason": "no RCS here"}],
+        }
+        with caplog.at_level(logging.WARNING, logger="dispatch_async"):
+            result = result_from_answer(chunk, decode_answer(orjson.dumps(answer)), retries=2)
+        assert [(v.id, v.number, v.position, v.session_id) for v in result.valid] == [
+            ("a", sent[0], 20, "s-a"),
+            ("b", sent[1], 21, None),
+        ]
+        assert [(i.number, i.position, i.reason) for i in result.invalid] == [
+            (sent[2], 22, "no RCS here")
+        ]
+        [missing] = result.failed
+        assert (missing.recipient.number, missing.position, missing.maybe_sent) == (
+            sent[3],
+            23,
+            True,
+        )
+        assert isinstance(missing.error, da.MissingFromResponseError)
+        assert str(missing.error) == "the answer did not mention this recipient"
+        assert list(result.unexpected) == [
+            {"id": "z", "number": "+5599999999999"},
+            {"entry": "junk"},
+        ]
+        assert (result.requests, result.retries) == (1, 2)
+        assert [r.getMessage() for r in caplog.records] == [
+            "chunk at 20: the answer left 1 recipient(s) unaccounted for and named 2 "
+            "number(s) that were not sent"
+        ]
+
+    @pytest.mark.parametrize("listed", ["validMessages", "invalidMessages"])
+    def test_a_list_the_answer_leaves_out_is_empty(self, listed: str) -> None:
+        [number] = numbers(1)
+        entry = {"id": "a", "number": number, "reason": "no", "extra": 1}  # the careful path
+        chunk = Chunk(0, 1, [{"number": number, "vars": {}}])
+        result = result_from_answer(chunk, orjson.loads(orjson.dumps({listed: [entry]})))
+        assert not result.failed
+        assert len(result.valid if listed == "validMessages" else result.invalid) == 1
+
+    @pytest.mark.parametrize(
+        ("answer", "problem"),
+        [
+            ([], "the answer is a JSON list, not an object"),
+            ({"validMessages": {}}, "validMessages and invalidMessages must be arrays"),
+        ],
+    )
+    def test_an_answer_of_the_wrong_shape_fails_every_recipient_as_maybe_sent(
+        self, answer: object, problem: str
+    ) -> None:
+        chunk = Chunk(0, 2, [{"number": n, "vars": {}} for n in numbers(2)])
+        result = result_from_answer(chunk, orjson.loads(orjson.dumps(answer)), retries=3)
+        assert [(f.position, f.maybe_sent, str(f.error)) for f in result.failed] == [
+            (0, True, problem),
+            (1, True, problem),
+        ]
+        assert (result.requests, result.retries) == (1, 3)
+
     async def test_digits_only_on_one_chunk_leaves_the_others_alone(
         self, server: FakeDispatchServer, session: da.DispatchSession
     ) -> None:
@@ -546,6 +616,36 @@ class TestTypedAnswer:
         assert _outcome_of(result) == _outcome_of(result_from_answer(chunk, decode_json(body)))
         assert len(result.valid) + len(result.invalid) == len(sent)
 
+    @pytest.mark.parametrize("decode", [decode_answer, decode_json])
+    def test_a_session_id_that_is_not_a_string_is_none_and_the_others_are_kept(
+        self, decode: Callable[[bytes], object]
+    ) -> None:
+        chunk = Chunk(0, 3, [{"number": n, "vars": {}} for n in ["+1", "+2", "+3"]])
+        valid = [
+            {"id": "a", "number": "+1", "session_id": "s-1"},
+            {"id": "b", "number": "+2", "session_id": 7},
+            {"id": "c", "number": "+3"},
+        ]
+        body = orjson.dumps({"validMessages": valid, "invalidMessages": []})
+        result = result_from_answer(chunk, decode(body))
+        assert [(v.id, v.session_id) for v in result.valid] == [
+            ("a", "s-1"),
+            ("b", None),
+            ("c", None),
+        ]
+
+    @pytest.mark.parametrize("decode", [decode_answer, decode_json])
+    def test_an_empty_id_fails_its_recipient_as_maybe_sent(
+        self, decode: Callable[[bytes], object]
+    ) -> None:
+        chunk = Chunk(0, 2, [{"number": n, "vars": {}} for n in ["+1", "+2"]])
+        valid = [{"id": "", "number": "+1"}, {"id": "b", "number": "+2"}]
+        result = result_from_answer(chunk, decode(orjson.dumps({"validMessages": valid})))
+        assert [v.id for v in result.valid] == ["b"]
+        [failure] = result.failed
+        assert (failure.recipient.number, failure.maybe_sent) == ("+1", True)
+        assert "without a usable id" in str(failure.error)
+
     @pytest.mark.parametrize(
         "body",
         [
@@ -556,7 +656,8 @@ class TestTypedAnswer:
         ],
     )
     def test_garbage_is_refused_as_the_careful_decode_refuses_it(self, body: bytes) -> None:
-        with pytest.raises(da.MalformedResponseError):
+        with pytest.raises(da.MalformedResponseError) as caught:
             decode_json(body)
+        assert str(caught.value) == f"the answer is not JSON ({len(body)} bytes)"
         with pytest.raises(da.MalformedResponseError):
             decode_answer(body)

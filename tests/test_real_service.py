@@ -154,6 +154,21 @@ class TestTokenRequestBody:
             assert server.stats.token_calls == 3  # JSON straight away
         assert server.stats.status_counts[400] == 1
 
+    async def test_an_endpoint_refusing_both_bodies_is_asked_with_the_form_first_again(
+        self, server: FakeDispatchServer
+    ) -> None:
+        server.script_token(Fault.status(400), Fault.status(400))
+        async with session_for(server) as session:
+            with pytest.raises(da.AuthenticationError, match="HTTP 400"):
+                await session.check_credentials()
+            await session.check_credentials()
+        bodies = [
+            "form" if r.form is not None else "json" if r.json is not None else "other"
+            for r in server.requests
+            if r.endpoint == "token"
+        ]
+        assert bodies == ["form", "json", "form"]
+
     async def test_token_request_json_sends_json_only(self) -> None:
         async with (
             FakeDispatchServer(client_secret=SECRET, token_body="json") as server,

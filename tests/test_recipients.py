@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -31,6 +32,31 @@ class TestAcceptedForms:
         items: list[Any] = ["1", da.Recipient("2"), {"number": "3"}]
         assert [m["number"] for m in to_wire(items, 0)] == ["1", "2", "3"]
 
+    def test_other_mappings_and_subclasses_are_read_like_their_plain_forms(self) -> None:
+        class Number(str):
+            pass
+
+        class Contact(da.Recipient):
+            pass
+
+        items: list[Any] = [
+            MappingProxyType({"number": "1", "vars": MappingProxyType({"a": "b", "c": "d"})}),
+            MappingProxyType({"number": "2", "vars": None}),
+            Number("3"),
+            Contact("4", vars={"e": "f"}, ref="row 4"),
+        ]
+        refs: dict[int, Any] = {}
+        wire = to_wire(items, 10, refs)
+        assert wire == [
+            {"number": "1", "vars": {"a": "b", "c": "d"}},
+            {"number": "2", "vars": {}},
+            {"number": "3", "vars": {}},
+            {"number": "4", "vars": {"e": "f"}},
+        ]
+        assert all(type(m) is dict and type(m["vars"]) is dict for m in wire)
+        assert type(wire[2]["number"]) is str
+        assert refs == {13: "row 4"}
+
 
 class TestRefusedForms:
     @pytest.mark.parametrize(
@@ -54,6 +80,36 @@ class TestRefusedForms:
         assert caught.value.position == 42
         assert "position 42" in str(caught.value)
         assert complaint in str(caught.value)
+
+    @pytest.mark.parametrize(
+        ("second", "complaint"),
+        [
+            ({"number": "2", "name": "Ana"}, "unknown field(s) ['name']"),
+            ({"number": 2, "vars": {}}, "'number' must be a non-empty string"),
+            ({"number": "2", "vars": ["a"]}, "'vars' must be a mapping"),
+            ({"number": "2", "vars": {"a": 1}}, "vars['a'] must be a string, not int"),
+        ],
+    )
+    def test_after_a_run_of_wire_messages_a_bad_one_is_named_by_its_position(
+        self, second: dict[str, Any], complaint: str
+    ) -> None:
+        with pytest.raises(da.InvalidRecipientError) as caught:
+            to_wire([{"number": "1", "vars": {}}, second], 0)
+        assert caught.value.position == 1
+        assert complaint in str(caught.value)
+
+    @pytest.mark.parametrize(
+        ("item", "problem"),
+        [
+            ("", "the number is an empty string"),
+            ({"number": "1", "vars": ["a"]}, "'vars' must be a mapping, not list"),
+            ({"number": "1", "vars": 5}, "'vars' must be a mapping, not int"),
+        ],
+    )
+    def test_the_problem_is_told_exactly(self, item: Any, problem: str) -> None:
+        with pytest.raises(da.InvalidRecipientError) as caught:
+            to_wire([item], 0)
+        assert caught.value.problem == problem
 
     def test_the_error_is_also_a_value_error_and_a_type_error(self) -> None:
         with pytest.raises(ValueError, match="position 0"):

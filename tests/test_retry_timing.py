@@ -7,6 +7,7 @@ requests to the simulator, with `FakeClock` taking the waits: nothing here sleep
 from __future__ import annotations
 
 import email.utils
+import logging
 import statistics
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -195,6 +196,44 @@ class TestBackoffOfARealRequest:
         assert result.ok
         assert all(0 <= w <= 10 for w in clock.sleeps)
         assert 10 in clock.sleeps, "a backoff of up to 100 s, cut to the 10 s left"
+
+    async def test_the_time_left_is_max_time_less_the_time_since_the_first_failure(
+        self, server: FakeDispatchServer
+    ) -> None:
+        clock = FakeClock(start=100)
+        events: list[Event] = []
+
+        def each_attempt_takes_four_seconds(event: Event) -> None:
+            events.append(event)
+            if isinstance(event, RetryScheduled):
+                clock.advance(4)
+
+        policy = da.RetryPolicy(attempts=100, max_time=10, clock=clock)
+        server.script(*[Fault.status(503, retry_after="5")] * 3)
+        async with session_for(server, retry=policy, hooks=[each_attempt_takes_four_seconds]) as s:
+            result = await s.send_basic(numbers(1), text="x")
+
+        # Failures at 100 s and 109 s: the 5 s asked for, then the 1 s left of the 10 s;
+        # the failure at 114 s is past max_time.
+        assert waits_of(events) == [5.0, 1.0]
+        assert server.stats.requests == 3
+        assert isinstance(result.failed[0].error, da.ServiceUnavailableError)
+
+    async def test_each_retry_is_logged_with_its_error_attempt_and_wait(
+        self, server: FakeDispatchServer, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        policy = da.RetryPolicy(attempts=3, clock=FakeClock())
+        server.script(Fault.status(503, retry_after="2"), Fault.status(429, retry_after="0.5"))
+        with caplog.at_level(logging.INFO, logger="dispatch_async"):
+            result, _ = await send_through(server, policy)
+        assert result.ok
+        retries = [r.getMessage() for r in caplog.records if r.msg.startswith("retrying")]
+        assert len(retries) == 2
+        assert retries[0].startswith("retrying after ")
+        assert retries[0].endswith(" (attempt 1, waiting 2.00s)")
+        assert "503" in retries[0]
+        assert retries[1].endswith(" (attempt 2, waiting 0.50s)")
+        assert "429" in retries[1]
 
     async def test_a_thousand_retries_do_not_overflow_the_backoff(
         self, server: FakeDispatchServer

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
+import re
 
 import pytest
 
 import dispatch_async as da
+from dispatch_async._auth import Secret
 from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .conftest import SECRET, session_for
@@ -156,8 +159,61 @@ class TestRejectedSecret:
                 await session.send_template([NUMBER], template_id="t")
         assert server.stats.token_calls == 3
 
+    @pytest.mark.parametrize("fault", ["429", "500", "drop"])
+    async def test_a_token_request_refused_for_now_or_cut_is_retried(
+        self, server: FakeDispatchServer, fault: str
+    ) -> None:
+        server.script_token(Fault.drop() if fault == "drop" else Fault.status(int(fault)))
+        async with session_for(server) as session:
+            await session.check_credentials()
+        assert server.stats.token_calls == 2
+        assert server.stats.tokens_issued == 1
+
+    async def test_a_refused_token_is_logged_and_replaced(
+        self,
+        server: FakeDispatchServer,
+        session: da.DispatchSession,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        await session.send_template([NUMBER], template_id="t")
+        server.script(Fault.revoke_token())
+        with caplog.at_level(logging.INFO, logger="dispatch_async"):
+            assert (await session.send_template([NUMBER], template_id="t")).ok
+        assert "the service refused the access token; fetching a new one" in [
+            r.getMessage() for r in caplog.records
+        ]
+        assert server.stats.token_calls == 2
+
 
 class TestSecrecy:
+    async def test_the_keepers_repr_tells_the_time_left_and_never_the_token(
+        self, server: FakeDispatchServer
+    ) -> None:
+        server.token_lifetime = 600
+        async with session_for(server) as session:
+            keeper = session._tokens
+            assert repr(keeper) == "<TokenKeeper token=none>"
+            await session.check_credentials()
+            shown = re.fullmatch(r"<TokenKeeper token=expires in (\d+)s>", repr(keeper))
+            assert shown is not None
+            assert 0 < int(shown[1]) <= 600
+
+    def test_the_secrets_holder_shows_stars_compares_by_value_and_cannot_be_pickled(
+        self,
+    ) -> None:
+        secret = Secret("s3cr3t-value")
+        assert repr(secret) == str(secret) == f"{secret}" == "Secret('********')"
+        assert secret.reveal() == "s3cr3t-value"
+        assert secret == Secret("s3cr3t-value")
+        assert secret != Secret("other")
+        assert secret != "s3cr3t-value"
+        assert hash(secret) == hash(Secret("s3cr3t-value"))
+        assert hash(secret) != hash(Secret("other"))
+        assert len({secret, Secret("s3cr3t-value"), Secret("other")}) == 2
+        with pytest.raises(TypeError) as caught:
+            pickle.dumps(secret)
+        assert str(caught.value) == "a Secret cannot be pickled"
+
     async def test_secret_and_token_never_reach_reprs_or_logs(
         self, server: FakeDispatchServer, caplog: pytest.LogCaptureFixture
     ) -> None:

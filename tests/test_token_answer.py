@@ -187,6 +187,34 @@ class TestMalformedAnswer:
         with pytest.raises(da.AuthenticationError, match="the token answer is not"):
             parse_token_answer(body)
 
+    @pytest.mark.parametrize(
+        ("body", "problem"),
+        [
+            (b"not json", "the token answer is not JSON (8 bytes)"),
+            (b"[]", "the token answer is not a JSON object"),
+            (b"{}", "the token answer is not usable: missing field 'access_token'"),
+            (b'{"access_token": 5}', "the token answer is not usable: expected a string, not int"),
+            (
+                b'{"access_token": 5, "token_type": null}',
+                "the token answer is not usable: expected a string, not int; "
+                "expected a string, not NoneType",
+            ),
+            (b'{"access_token": ""}', "the token answer is not usable: its access_token is empty"),
+            (
+                b'{"access_token": "t", "token_type": "MAC"}',
+                "the token answer is not usable: unsupported token_type 'MAC'",
+            ),
+            (
+                b'{"access_token": "t", "token_type": "' + b"x" * 25 + b'"}',
+                "the token answer is not usable: unsupported token_type '" + "x" * 20 + "'",
+            ),
+        ],
+    )
+    def test_the_problem_is_told_exactly(self, body: bytes, problem: str) -> None:
+        with pytest.raises(da.AuthenticationError) as caught:
+            parse_token_answer(body)
+        assert str(caught.value) == problem
+
     def test_unknown_fields_in_the_answer_are_ignored(self) -> None:
         assert parse_token_answer(answer(expires_in="60", scope="send")).access_token == "tok"
 
