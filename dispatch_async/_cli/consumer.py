@@ -20,6 +20,7 @@ import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .queue import GROUP, QueueRedis, block_ms, ensure_group, redis_errors
 
@@ -69,9 +70,11 @@ class Consumer:
         self._claimed: collections.deque[Entry] = collections.deque()
         self._next_claim = 0.0
         self._heartbeat = takeover / 4
+        self._owner: asyncio.Task[Any] | None = None
 
     async def run(self) -> None:
         """Until cancelled (or, with *burst*, until the stream is empty)."""
+        self._owner = asyncio.current_task()
         await ensure_group(self.redis, self.stream)
         beating = asyncio.create_task(self._beat())
         try:
@@ -88,13 +91,22 @@ class Consumer:
             try:
                 await self._handle(entry)
             except redis_errors() as exc:
-                if self.burst or _cancelling():
+                if self.burst or self._stopping():
                     raise
                 log.warning("Redis failed while handling entry %s: %s", entry[0].decode(), exc)
             except Exception:
                 log.exception("entry %s failed; it is taken over later", entry[0].decode())
             finally:
                 self._held.discard(entry[0])
+
+    def _stopping(self) -> bool:
+        """Whether this slot or the whole consumer is being cancelled.
+
+        redis-py may turn the cancellation of a blocking command into a connection or
+        timeout error, and its own timeout may even use the slot's cancellation up: the
+        run's task, cancelled by whoever stops the worker, still says so.
+        """
+        return _cancelling(asyncio.current_task()) or _cancelling(self._owner)
 
     async def _take(self) -> Entry | None:
         """The next entry for a slot: one taken over, else a new one; None to stop."""
@@ -112,7 +124,7 @@ class Consumer:
                 if self.burst and await self.redis.xlen(self.stream) == 0:
                     return None
             except redis_errors() as exc:
-                if self.burst or _cancelling():
+                if self.burst or self._stopping():
                     raise
                 if "NOGROUP" in str(exc):
                     # Redis lost the group (restarted without persistence).
@@ -170,13 +182,10 @@ class Consumer:
                     self.stream, GROUP, self.name, 0, list(self._held), justid=True
                 )
             except redis_errors() as exc:
-                if _cancelling():
+                if self._stopping():
                     raise
                 log.debug("heartbeat failed: %s", type(exc).__name__)
 
 
-def _cancelling() -> bool:
-    """Whether this task is being cancelled: a redis-py that turns the cancellation of a
-    command into a connection error must not keep a stopping worker running."""
-    task = asyncio.current_task()
+def _cancelling(task: asyncio.Task[Any] | None) -> bool:
     return task is not None and task.cancelling() > 0
