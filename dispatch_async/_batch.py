@@ -31,7 +31,7 @@ from ._exceptions import (
 )
 from ._matching import result_from_error
 from ._models import DispatchResult, merge_results
-from ._recipients import BadChunkError, Chunk, Recipients, check_shape, chunked
+from ._recipients import BadChunkError, Chunk, Recipients, Unfinished, check_shape, chunked
 from ._screen import Screen
 
 __all__ = ["STOPS_THE_JOB", "BatchOptions", "BatchSettings", "Batcher", "Flight", "collected"]
@@ -143,7 +143,8 @@ class Batcher:
         self._screen = Screen.of(settings)
         self.total = len(recipients) if isinstance(recipients, Sequence) else None
         self._sequence = isinstance(recipients, Sequence)
-        self._chunks = chunked(recipients, settings.chunk_size)
+        self._unfinished = Unfinished()
+        self._chunks = chunked(recipients, settings.chunk_size, self._unfinished)
 
     async def parts(self) -> AsyncGenerator[DispatchResult, None]:
         """Each chunk's result as it completes; raises (after yielding all) if the job stops."""
@@ -153,6 +154,18 @@ class Batcher:
                 done += len(part.positions)
                 self._progress(done)
                 yield part
+
+    def _take_unfinished(self, queued: deque[Chunk]) -> DispatchError | None:
+        """Queue what a cut read had taken from the caller's iterator (never sent)."""
+        try:
+            chunk = self._unfinished.take()
+        except BadChunkError as error:
+            if error.before.size:
+                queued.append(error.before)
+            return error
+        if chunk is not None:
+            queued.append(chunk)
+        return None
 
     async def _run(self) -> AsyncGenerator[DispatchResult, None]:
         settings = self._settings
@@ -197,6 +210,7 @@ class Batcher:
                     if reading is not None:
                         await _cancelled(reading)
                         reading = None
+                        stop = stop or self._take_unfinished(queued)
                     for part in await self._cancel(
                         running, DeadlineExceededError, "the deadline passed"
                     ):
@@ -234,6 +248,7 @@ class Batcher:
                     if reading is not None:
                         await _cancelled(reading)
                         reading = None
+                        stop = stop or self._take_unfinished(queued)
                     for part in await self._cancel(
                         running, SessionClosedError, "the session was closed"
                     ):

@@ -21,6 +21,7 @@ __all__ = [
     "Chunk",
     "RecipientLike",
     "Recipients",
+    "Unfinished",
     "WireMessage",
     "check_shape",
     "chunked",
@@ -202,12 +203,35 @@ def check_shape(recipients: object) -> None:
         raise InputError(f"recipients must be iterable, not {type(recipients).__name__}")
 
 
-async def chunked(recipients: Recipients, size: int) -> AsyncGenerator[Chunk, None]:
+class Unfinished:
+    """The recipients of a streamed chunk read before its read was cut short.
+
+    A read cancelled by a deadline or a close has taken them from the caller's iterator:
+    the result must account for them (not sent) like for any chunk never sent.
+    """
+
+    __slots__ = ("items", "start")
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.start = 0
+
+    def take(self) -> Chunk | None:
+        """Those recipients as a chunk (BadChunkError as for any chunk), and forget them."""
+        items, self.items = self.items, []
+        return _chunk_or_raise(items, self.start) if items else None
+
+
+async def chunked(
+    recipients: Recipients, size: int, unfinished: Unfinished | None = None
+) -> AsyncGenerator[Chunk, None]:
     """Yield chunks of at most *size* recipients, reading the input lazily.
 
     A sequence is checked whole before the first chunk is yielded, so a bad recipient
-    anywhere in a list stops the call before anything is sent.
+    anywhere in a list stops the call before anything is sent. A streamed chunk's
+    recipients are in *unfinished* while it is being read.
     """
+    unfinished = unfinished or Unfinished()
     if isinstance(recipients, Sequence):
         done = _wire_prefix(recipients)
         refs: dict[int, Any] = {}
@@ -225,11 +249,13 @@ async def chunked(recipients: Recipients, size: int) -> AsyncGenerator[Chunk, No
     if isinstance(recipients, AsyncIterable):
         iterator = aiter(recipients)
         while True:
-            items = []
+            items = unfinished.items = []
+            unfinished.start = start
             async for item in iterator:
                 items.append(item)
                 if len(items) == size:
                     break
+            unfinished.items = []
             if not items:
                 return
             yield _chunk_or_raise(items, start)

@@ -318,6 +318,12 @@ class TestTheDeadline:
             result = await session.send_template(rows(), **TEMPLATE, chunk_size=10, deadline=0.5)
         assert [v.number for v in result.valid] == numbers(10)
         assert server.stats.recipients_received == 10
+        # The five read into the next chunk when the deadline cut its read: not sent.
+        assert result.positions == range(15)
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [
+            (n, False) for n in numbers(15)[10:]
+        ]
+        assert all(isinstance(f.error, da.DeadlineExceededError) for f in result.failed)
         await one_loop_turn()
         assert client_tasks() <= before, "the read of the next chunk was cancelled"
 

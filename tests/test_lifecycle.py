@@ -130,7 +130,7 @@ class TestClosingDuringACall:
         self, server: FakeDispatchServer
     ) -> None:
         async def rows() -> AsyncIterator[str]:
-            for number in numbers(10):
+            for number in numbers(15):
                 yield number
             await asyncio.Event().wait()  # a source that has nothing more for now
             yield "never"
@@ -145,7 +145,11 @@ class TestClosingDuringACall:
         result = caught.value.result
         assert result is not None
         assert [v.number for v in result.valid] == numbers(10)
-        assert not result.failed
+        # The five read into the next chunk when the close cut its read: not sent.
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [
+            (n, False) for n in numbers(15)[10:]
+        ]
+        assert server.stats.recipients_received == 10
 
 
 class TestCancellation:
