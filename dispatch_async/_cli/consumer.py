@@ -103,8 +103,9 @@ class Consumer:
         """Whether this slot or the whole consumer is being cancelled.
 
         redis-py may turn the cancellation of a blocking command into a connection or
-        timeout error, and its own timeout may even use the slot's cancellation up: the
-        run's task, cancelled by whoever stops the worker, still says so.
+        timeout error, or swallow it (its ``asyncio.wait_for`` on Python 3.11, when the
+        command ends as the cancellation comes): the task still says it is cancelling, and
+        the run's task, cancelled by whoever stops the worker, says so too.
         """
         return _cancelling(asyncio.current_task()) or _cancelling(self._owner)
 
@@ -112,6 +113,8 @@ class Consumer:
         """The next entry for a slot: one taken over, else a new one; None to stop."""
         loop = asyncio.get_running_loop()
         while True:
+            if self._stopping():  # a cancellation a library swallowed (3.11's wait_for)
+                raise asyncio.CancelledError
             try:
                 if not self._claimed and loop.time() >= self._next_claim:
                     self._next_claim = loop.time() + self.poll
@@ -175,6 +178,8 @@ class Consumer:
         """Reset the idle time of every entry held, so that no other worker takes it."""
         while True:
             await asyncio.sleep(self._heartbeat)
+            if self._stopping():  # a cancellation a library swallowed (3.11's wait_for)
+                raise asyncio.CancelledError
             if not self._held:
                 continue
             try:
