@@ -200,9 +200,11 @@ class SQLiteDeliveryStore:
 
     def _connect_writer(self) -> sqlite3.Connection:
         try:
-            connection = self._connect()
+            return self._set_up_writer(self._connect())
         except sqlite3.DatabaseError as exc:
             raise ConfigurationError(f"{self.path}: not a usable SQLite database ({exc})") from None
+
+    def _set_up_writer(self, connection: sqlite3.Connection) -> sqlite3.Connection:
         try:
             if connection.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
                 raise ConfigurationError(f"{self.path}: SQLite cannot use WAL on this file")
@@ -210,12 +212,8 @@ class SQLiteDeliveryStore:
             connection.execute(f"PRAGMA wal_autocheckpoint = {_CHECKPOINT_PAGES}")
             connection.execute(f"PRAGMA journal_size_limit = {_CHECKPOINT_PAGES * 4096 * 2}")
             connection.executescript(_SCHEMA)
-        except BaseException as exc:
+        except BaseException:
             connection.close()  # a refused file leaves no connection behind
-            if isinstance(exc, sqlite3.DatabaseError):
-                raise ConfigurationError(
-                    f"{self.path}: not a usable SQLite database ({exc})"
-                ) from None
             raise
         return connection
 
