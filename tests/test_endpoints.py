@@ -298,7 +298,11 @@ class TestRefusedBeforeSending:
             ("send_basic", {"text": ""}, "text must be a non-empty string"),
             ("send_single", {"text": None}, "requires text="),
             ("send_webhook", {"webhook": None, "text": "x"}, "requires webhook="),
-            ("send_basic", {"text": "x", "fallback": ["sms"]}, "fallback[0] must be a Fallback"),
+            (
+                "send_basic",
+                {"text": "x", "fallback": ["sms"]},
+                "fallback[0] must be a Fallback (e.g. Fallback.sms(text)), not str",
+            ),
             (
                 "send_basic",
                 {"text": "x", "fallback": [da.Fallback.sms("ok"), da.Fallback.sms("")]},
@@ -315,6 +319,13 @@ class TestRefusedBeforeSending:
                 "fallback[0] has text that is not valid UTF-8",
             ),
             ("send_basic", {"text": "x", "campaign_name": 3}, "campaign_name must be"),
+            ("send_basic", {"text": "x", "account": " "}, "account must be a non-empty string"),
+            ("send_basic", {"text": "x", "callback": ""}, "callback must be a non-empty string"),
+            (
+                "send_basic",
+                {"text": "caf\udce9"},
+                "text has text that is not valid UTF-8 (a lone surrogate)",
+            ),
             ("send_basic", {"text": "x", "chunk_size": 0}, "chunk_size must be a positive"),
             ("send_basic", {"text": "x", "deadline": -1}, "deadline must be a positive"),
         ],
@@ -357,8 +368,9 @@ class TestRefusedBeforeSending:
 
     async def test_no_account_anywhere_is_refused(self, server: FakeDispatchServer) -> None:
         async with da.DispatchSession(server.url, client_secret="test-secret") as session:
-            with pytest.raises(da.InputError, match="account is required"):
+            with pytest.raises(da.InputError) as caught:
                 await session.send_basic(NUMBERS, text="x")
+        assert str(caught.value) == "account is required: pass account= here or to the session"
         assert server.stats.token_calls == 0
 
     async def test_a_bad_recipient_anywhere_in_a_list_stops_the_call_before_sending(
