@@ -399,7 +399,20 @@ class TestProgress:
                 numbers(20), **TEMPLATE, chunk_size=10, on_progress=broken
             )
         assert len(result.valid) == 20
-        assert "progress callback failed" in caplog.text
+        assert [r.getMessage() for r in caplog.records] == ["the progress callback failed"] * 2
+
+    async def test_before_send_is_told_each_chunks_input_positions(
+        self, session: da.DispatchSession
+    ) -> None:
+        told: list[range] = []
+
+        async def journal(positions: range) -> None:
+            told.append(positions)
+
+        await session.send_template(
+            iter(numbers(25)), **TEMPLATE, chunk_size=10, max_concurrency=1, before_send=journal
+        )
+        assert told == [range(10), range(10, 20), range(20, 25)]
 
 
 class TestDeadlineOption:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing
@@ -155,6 +156,24 @@ class TestTheSecretIsRejectedMidJob:
         result = await session.send_template(numbers(5), **TEMPLATE)
         assert len(result.valid) == 5
 
+    async def test_the_chunk_it_stopped_counts_its_requests_and_retries(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        assert (await session.send_template(numbers(1, start=900), **TEMPLATE)).ok  # a token
+        given = numbers(5)
+        # A 503 (retried), then a 401 on the re-send, and the secret refused for a new token.
+        server.script_for(given[0], Fault.status(503), Fault.revoke_token())
+        server.script_token(Fault.status(401))
+        with pytest.raises(da.AuthenticationError) as caught:
+            await session.send_template(given, **TEMPLATE)
+        result = caught.value.result
+        assert result is not None
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [
+            (n, False) for n in given
+        ]
+        assert (result.requests, result.retries) == (2, 1)
+        assert server.stats.requests == 3  # the first call's, then the chunk's two
+
     async def test_a_list_has_every_recipient_accounted_for(
         self, server: FakeDispatchServer, session: da.DispatchSession
     ) -> None:
@@ -261,6 +280,9 @@ class TestTheDeadline:
         assert [f.recipient.number for f in result.failed] == given
         assert all(isinstance(f.error, da.DeadlineExceededError) for f in result.failed)
         assert [f.maybe_sent for f in result.failed] == [True] * 20 + [False] * 30
+        assert [str(f.error) for f in result.failed] == [
+            "the deadline passed while this was in flight"
+        ] * 20 + ["the deadline passed before this was sent"] * 30
         assert server.stats.received == Counter(given[:20])
         await server.wait_until(lambda: server.in_flight == 0)  # the hung requests were cut
 
@@ -288,6 +310,7 @@ class TestTheDeadline:
         assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [
             (n, False) for n in given
         ]
+        assert (result.requests, result.retries) == (1, 1)  # the 429, then its wait
         assert not server.stats.received
 
     async def test_with_an_iterator_every_recipient_read_is_accounted_for(
@@ -299,7 +322,8 @@ class TestTheDeadline:
         result = await session.send_template(
             iter(rows), **TEMPLATE, chunk_size=10, max_concurrency=2, deadline=0.2
         )
-        assert rows.read < 1000
+        # Two chunks in flight and two read ahead, no more: it reads no faster than it sends.
+        assert rows.read == 40
         assert result.positions == range(rows.read)
         assert accounted(result) == rows.items[: rows.read]
         assert result.counts["maybe_sent"] == 20
@@ -326,6 +350,165 @@ class TestTheDeadline:
         assert all(isinstance(f.error, da.DeadlineExceededError) for f in result.failed)
         await one_loop_turn()
         assert client_tasks() <= before, "the read of the next chunk was cancelled"
+
+    async def test_one_already_past_when_the_call_starts_sends_nothing(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = numbers(30)
+        # The smallest positive float: gone before the clock can tick.
+        result = await session.send_template(
+            given, **TEMPLATE, chunk_size=10, deadline=sys.float_info.min
+        )
+        assert result.positions == range(30)
+        assert [(f.recipient.number, f.maybe_sent, str(f.error)) for f in result.failed] == [
+            (n, False, "the deadline passed before this was sent") for n in given
+        ]
+        assert server.stats.dispatch_calls == 0
+
+    async def test_a_bad_recipient_in_a_read_it_cut_stops_the_job_after_the_good_ones(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        good = numbers(13)
+
+        async def rows() -> AsyncIterator[Any]:
+            for number in good:
+                yield number
+            yield 5511900000013  # an int, not a number string
+            await asyncio.Event().wait()  # then nothing more for now
+            yield "never"
+
+        async with asyncio.timeout(HANG):
+            with pytest.raises(da.InvalidRecipientError) as caught:
+                await session.send_template(rows(), **TEMPLATE, chunk_size=10, deadline=0.5)
+        assert caught.value.position == 13
+        result = caught.value.result
+        assert result is not None
+        assert [v.number for v in result.valid] == good[:10]
+        # The three read before the bad one, into the chunk the deadline cut: not sent.
+        assert result.positions == range(13)
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [
+            (n, False) for n in good[10:]
+        ]
+        assert server.stats.recipients_received == 10
+
+
+class TestACallbackThatRaises:
+    async def test_an_exclude_that_raises_stops_the_job_and_nothing_more_is_read(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        rows = Rows(numbers(100))
+
+        def exclude(number: str) -> bool:
+            if number == rows.items[25]:
+                raise RuntimeError("the opt-out list went away")
+            return False
+
+        with pytest.raises(da.CallbackError, match="exclude raised RuntimeError") as caught:
+            await session.send_template(
+                iter(rows), **TEMPLATE, chunk_size=10, max_concurrency=1, exclude=exclude
+            )
+        result = caught.value.result
+        assert result is not None
+        assert [v.number for v in result.valid] == rows.items[:20]
+        # The chunk it raised on is failed, not sent; the one read ahead is all that was read.
+        assert rows.read == 30
+        assert [(f.position, f.maybe_sent) for f in result.failed] == [
+            (i, False) for i in range(20, 30)
+        ]
+        assert all(isinstance(f.error, da.CallbackError) for f in result.failed)
+        assert server.stats.recipients_received == 20
+
+    async def test_the_first_error_that_stops_the_job_is_the_one_raised(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = numbers(40)
+        excluded_raised = asyncio.Event()
+
+        def exclude(number: str) -> bool:
+            if number == given[25]:
+                excluded_raised.set()
+                raise RuntimeError("the opt-out list went away")
+            return False
+
+        async def journal(positions: range) -> None:
+            if positions.start == 10:  # still in flight when the exclude stops the job
+                await excluded_raised.wait()
+                raise OSError("the journal's disk is full")
+
+        with pytest.raises(da.CallbackError) as caught:
+            await session.send_template(
+                given,
+                **TEMPLATE,
+                chunk_size=10,
+                max_concurrency=2,
+                exclude=exclude,
+                before_send=journal,
+            )
+        assert str(caught.value) == "exclude raised RuntimeError; this chunk was not sent"
+        result = caught.value.result
+        assert result is not None
+        assert [v.number for v in result.valid] == given[:10]
+        assert sorted({str(f.error) for f in result.failed}) == [
+            "before_send raised; this chunk was not sent",
+            "exclude raised RuntimeError; this chunk was not sent",
+        ]
+        assert server.stats.recipients_received == 10
+
+
+class TestTheSessionClosesMidCall:
+    async def test_a_chunk_in_flight_is_failed_maybe_sent_and_the_call_raises(
+        self, server: FakeDispatchServer
+    ) -> None:
+        given = numbers(20)
+        server.script_for(given[10], Fault.hang())
+        session = session_for(server)
+        call = asyncio.create_task(
+            session.send_template(given, **TEMPLATE, chunk_size=10, max_concurrency=1)
+        )
+        await server.wait_until(lambda: server.in_flight == 1 and server.stats.requests == 2)
+        async with asyncio.timeout(HANG):  # the hung request would hold it for ever
+            await session.close()
+            with pytest.raises(da.SessionClosedError) as caught:
+                await call
+        assert str(caught.value) == "the session was closed during the call"
+        result = caught.value.result
+        assert result is not None
+        assert [v.number for v in result.valid] == given[:10]
+        assert [(f.recipient.number, f.maybe_sent, str(f.error)) for f in result.failed] == [
+            (n, True, "the session was closed while this was in flight") for n in given[10:]
+        ]
+        assert all(isinstance(f.error, da.SessionClosedError) for f in result.failed)
+
+    async def test_a_stream_waiting_on_its_source_stops_at_once(
+        self, server: FakeDispatchServer
+    ) -> None:
+        async def rows() -> AsyncIterator[str]:
+            for number in numbers(15):
+                yield number
+            await asyncio.Event().wait()  # a source that has nothing more for now
+            yield "never"
+
+        session = session_for(server)
+        parts: list[da.DispatchResult] = []
+        a_part_came = asyncio.Event()
+
+        async def consume() -> None:
+            async for part in session.stream_basic(rows(), text="x", chunk_size=10):
+                parts.append(part)
+                a_part_came.set()
+
+        call = asyncio.create_task(consume())
+        async with asyncio.timeout(HANG):
+            await a_part_came.wait()
+            await session.close()
+            with pytest.raises(da.SessionClosedError):
+                await call
+        assert [v.number for p in parts for v in p.valid] == numbers(10)
+        # The five read into the next chunk when the close cut its read: not sent.
+        assert [(f.recipient.number, f.maybe_sent) for p in parts for f in p.failed] == [
+            (n, False) for n in numbers(15)[10:]
+        ]
+        assert server.stats.recipients_received == 10
 
 
 class _TrippingList(Sequence[Any]):
