@@ -573,12 +573,24 @@ class TestCancellation:
         server.script_for(given[0], Fault.hang())
         server.script_for(given[10], Fault.hang())
         before = client_tasks()
+        cut = asyncio.timeout(None)
+
+        async def expire_when_both_hang() -> None:
+            # Not a fixed 0.2 s: on a loaded machine that came before the token did.
+            await server.wait_until(lambda: server.in_flight == 2)
+            cut.reschedule(asyncio.get_running_loop().time())
+
+        async def send_within_the_timeout() -> None:
+            async with cut:
+                await session.send_template(given, **TEMPLATE, chunk_size=10, max_concurrency=2)
+
+        expiry = asyncio.create_task(expire_when_both_hang())
         # A send that ignored the cancellation would wait for the hung requests: the outer
         # bound turns that into a failure (its TimeoutError is not the one expected).
         async with asyncio.timeout(HANG):
             with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.2):
-                    await session.send_template(given, **TEMPLATE, chunk_size=10, max_concurrency=2)
+                await send_within_the_timeout()
+        await expiry
         await one_loop_turn()
         assert client_tasks() == before
         await server.wait_until(lambda: server.in_flight == 0)  # its connections were closed
