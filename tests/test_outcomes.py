@@ -373,6 +373,65 @@ class TestReconciliation:
         ]
         assert (result.requests, result.retries) == (1, 3)
 
+    def test_numbers_the_service_writes_its_own_way_are_matched_by_their_digits(self) -> None:
+        sent = numbers(3)
+        chunk = Chunk(0, 3, [{"number": n, "vars": {}} for n in sent])
+        written = ["+55 11 90000-0000", "(55) 11 9000-00001", "55.11.90000.0002"]
+        answer = {
+            "validMessages": [
+                {"id": "a", "number": written[0], "session_id": "s-a"},
+                {"id": "b", "number": written[1], "session_id": "s-b"},
+            ],
+            "invalidMessages": [{"number": written[2], "reason": "no RCS here"}],
+        }
+        result = result_from_answer(chunk, decode_answer(orjson.dumps(answer)))
+        assert [(v.id, v.number, v.session_id) for v in result.valid] == [
+            ("a", sent[0], "s-a"),
+            ("b", sent[1], "s-b"),
+        ]
+        assert [(i.number, i.reason) for i in result.invalid] == [(sent[2], "no RCS here")]
+        assert not result.failed
+        assert not result.unexpected
+
+    @pytest.mark.parametrize(
+        ("answered", "left", "named"),
+        [((0,), 1, 0), ((0, 1, 7), 0, 1)],
+        ids=["one left out", "one stranger"],
+    )
+    def test_an_answer_that_does_not_add_up_is_logged(
+        self,
+        caplog: pytest.LogCaptureFixture,
+        answered: tuple[int, ...],
+        left: int,
+        named: int,
+    ) -> None:
+        chunk = Chunk(40, 2, [{"number": n, "vars": {}} for n in numbers(2)])
+        answer = {"validMessages": [{"id": f"id{i}", "number": numbers(1, i)[0]} for i in answered]}
+        with caplog.at_level(logging.WARNING, logger="dispatch_async"):
+            result = result_from_answer(chunk, decode_answer(orjson.dumps(answer)))
+        assert (len(result.failed), len(result.unexpected)) == (left, named)
+        assert [r.getMessage() for r in caplog.records] == [
+            f"chunk at 40: the answer left {left} recipient(s) unaccounted for and named {named} "
+            "number(s) that were not sent"
+        ]
+
+    async def test_failures_name_each_recipient_as_the_caller_wrote_it(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        given = ["(11) 98765-4321", "+55 11 90000-0001", "11 90000-0002", "(11) 90000-0003"]
+        server.script(Fault.omit(1))  # the first chunk's answer leaves its last one out
+        server.script(Fault.status(400))  # the second chunk is refused
+        result = await session.send_template(
+            given, **TEMPLATE, chunk_size=2, max_concurrency=1, prevalidate=True, region="BR"
+        )
+        assert [v.number for v in result.valid] == given[:1]
+        assert [(f.recipient.number, f.maybe_sent) for f in result.failed] == [
+            (given[1], True),
+            (given[2], False),
+            (given[3], False),
+        ]
+        assert server.stats.received == Counter(["+5511987654321", "+5511900000001"])
+
     async def test_digits_only_on_one_chunk_leaves_the_others_alone(
         self, server: FakeDispatchServer, session: da.DispatchSession
     ) -> None:
@@ -644,7 +703,9 @@ class TestTypedAnswer:
         assert [v.id for v in result.valid] == ["b"]
         [failure] = result.failed
         assert (failure.recipient.number, failure.maybe_sent) == ("+1", True)
-        assert "without a usable id" in str(failure.error)
+        assert str(failure.error) == (
+            "the service listed this recipient as valid without a usable id"
+        )
 
     @pytest.mark.parametrize(
         "body",
