@@ -529,6 +529,23 @@ class TestReconciliation:
 
 
 class TestSummary:
+    async def test_recipients_never_sent_count_no_request_and_no_retry(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        rows: list[object] = numbers(15)
+        rows[13] = 5511900000013  # a bad recipient: the job stops before its chunk
+        with pytest.raises(da.InvalidRecipientError) as caught:
+            await session.send_template(iter(rows), **TEMPLATE, chunk_size=10)
+        result = caught.value.result
+        assert result is not None
+        assert [(f.position, f.maybe_sent) for f in result.failed] == [
+            (10, False),
+            (11, False),
+            (12, False),
+        ]
+        assert (result.requests, result.retries) == (1, 0)  # the first chunk's only
+        assert server.stats.dispatch_calls == 1
+
     async def test_counts_and_summary_add_up_across_buckets(
         self, server: FakeDispatchServer, session: da.DispatchSession
     ) -> None:
