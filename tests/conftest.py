@@ -110,7 +110,7 @@ def _signal_handling_left_as_found() -> Iterator[None]:
     before = _signal_handling()
     yield
     after = _signal_handling()
-    assert after == before, f"signal handling (SIGINT, SIGTERM, wakeup fd) left changed: {before} -> {after}"
+    assert after == before, f"signal handling (SIGINT, SIGTERM, wakeup fd): {before} -> {after}"
 
 
 def _under_a_mutant() -> str | None:
