@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import dispatch_async as da
-from dispatch_async._recipients import chunked, to_wire
+from dispatch_async._recipients import BadChunkError, chunked, to_wire
 
 
 class TestAcceptedForms:
@@ -158,3 +158,27 @@ class TestChunking:
         chunks = [c async for c in chunked(numbers(), 5)]
         assert [c.size for c in chunks] == [5, 5, 2]
         assert chunks[2].messages[-1]["number"] == "11"
+
+    async def test_a_bad_recipient_in_a_stream_keeps_the_recipients_read_before_it(
+        self,
+    ) -> None:
+        class Contact(da.Recipient):
+            pass
+
+        # The second chunk: other forms than the plain ones before the bad recipient.
+        items: list[Any] = [
+            *map(str, range(4)),
+            MappingProxyType({"number": "4"}),
+            Contact("5", vars={"a": "b"}, ref="row 5"),
+            None,
+            "7",
+        ]
+        chunks = chunked(iter(items), 4)
+        assert (await anext(chunks)).size == 4
+        with pytest.raises(BadChunkError) as caught:
+            await anext(chunks)
+        assert caught.value.position == 6
+        before = caught.value.before
+        assert (before.start, before.size) == (4, 2)
+        assert before.messages == [{"number": "4", "vars": {}}, {"number": "5", "vars": {"a": "b"}}]
+        assert before.refs == {5: "row 5"}
