@@ -134,6 +134,18 @@ class TestThisProcessLearning:
         await rate.answered(Slot(rate.state.version, held=True), 429)
         assert rate.state.rate == pytest.approx(16)
 
+    async def test_after_a_429_the_rate_rises_again_only_an_interval_later(self) -> None:
+        now = [100.0]
+        rate = LocalRate(Aimd(initial=10, interval=1.0), clock=lambda: now[0])
+        await rate.answered(Slot(rate.state.version, held=True), 429)
+        cut = rate.state
+        now[0] = 100.5
+        await rate.answered(Slot(cut.version, held=True), 200)
+        assert rate.state is cut, "within the interval of the cut"
+        now[0] = 101.5
+        await rate.answered(Slot(cut.version, held=True), 200)
+        assert rate.state.rate == pytest.approx(8.4), "8/s, up by its step: 4% of the 10/s cut"
+
 
 class _Learner:
     """A learned rate the test sets by hand (`Learner`)."""
@@ -141,6 +153,7 @@ class _Learner:
     def __init__(self, shared: bool) -> None:
         self.shared = shared
         self.state: RateState | None = None
+        self.holds: list[float] = []
 
     async def take(self) -> Slot:
         return Slot(0 if self.state is None else self.state.version, held=False)
@@ -149,7 +162,7 @@ class _Learner:
         pass
 
     async def hold(self, seconds: float) -> None:
-        pass
+        self.holds.append(seconds)
 
 
 class _Fleet:
@@ -262,6 +275,15 @@ class TestRetryAfter:
         assert clock.sleeps == [0.3], "the Retry-After, exactly, on the policy's clock"
         assert after is not None
         assert after.held, "then the learned rate's gap, on top of the pause"
+
+    async def test_a_fleet_that_learns_together_is_held_for_the_seconds_asked(self) -> None:
+        clock = FakeClock()
+        learner = _Learner(shared=True)
+        throttle = Throttle(shared=_Fleet(learner))
+        await throttle.pause(0.3, clock)
+        await throttle.wait(clock)
+        assert learner.holds == [0.3], "the fleet's other processes hold too"
+        assert clock.sleeps == [0.3], "and this process waits it out itself"
 
 
 class TestTheSetting:
