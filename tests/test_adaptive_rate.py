@@ -331,13 +331,36 @@ class TestTheSetting:
 
     def test_auto_with_a_shared_limiter_is_refused(self) -> None:
         limiter = da.RedisRateLimiter("redis://127.0.0.1:1/0", requests_per_second=10)
-        with pytest.raises(da.ConfigurationError, match="RedisRateLimiter"):
+        with pytest.raises(da.ConfigurationError) as caught:
             da.DispatchSession(
                 "http://127.0.0.1:1",
                 client_secret="s",
                 requests_per_second="auto",
                 rate_limiter=limiter,
             )
+        assert str(caught.value) == (
+            'requests_per_second="auto" learns for this process alone: to learn for a fleet,'
+            " give it to the RedisRateLimiter instead"
+        )
+
+    def test_a_maximum_without_auto_is_refused_saying_what_it_bounds(self) -> None:
+        with pytest.raises(da.ConfigurationError) as caught:
+            da.DispatchSession(
+                "http://127.0.0.1:1",
+                client_secret="s",
+                requests_per_second=10,
+                max_requests_per_second=20,
+            )
+        assert str(caught.value) == 'max_requests_per_second bounds requests_per_second="auto"'
+
+    def test_a_maximum_below_where_learning_starts_is_where_it_starts(self) -> None:
+        session = da.DispatchSession(
+            "http://127.0.0.1:1",
+            client_secret="s",
+            requests_per_second="auto",
+            max_requests_per_second=4,
+        )
+        assert session.requests_per_second == 4
 
 
 class TestAgainstARateLimitedSimulator:

@@ -451,6 +451,32 @@ class TestRequestsPerSecond:
         with pytest.raises(da.ConfigurationError, match="requests_per_second"):
             session_for(server, requests_per_second=0)
 
+    # A limiter's ``learner`` is the fleet's learned rate (RedisRateLimiter's); another
+    # object of that name is none of the session's business.
+    @pytest.mark.parametrize("learner", [None, "a learner of another kind"])
+    async def test_a_shared_limiter_lets_each_dispatch_request_through(
+        self, server: FakeDispatchServer, learner: object
+    ) -> None:
+        limiter = _CountingLimiter(learner)
+        async with session_for(server, rate_limiter=limiter) as session:
+            result = await session.send_template(numbers(3), **TEMPLATE, chunk_size=1)
+        assert result.ok
+        assert limiter.acquired == server.stats.dispatch_calls == 3
+
+
+class _CountingLimiter:
+    """A rate limit shared beyond this process (`Limiter`) that counts what it let through."""
+
+    def __init__(self, learner: object) -> None:
+        self.learner = learner
+        self.acquired = 0
+
+    async def acquire(self) -> None:
+        self.acquired += 1
+
+    async def aclose(self) -> None:
+        pass
+
 
 class TestSettingsAndOverrides:
     async def test_session_settings_apply_to_every_call(self, server: FakeDispatchServer) -> None:
