@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 
 import dispatch_async as da
+from dispatch_async import _screen
+from dispatch_async._recipients import Chunk
+from dispatch_async._screen import Screen
 from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .conftest import TEMPLATE, loop_turns, numbers, session_for, spreadsheet_numbers
@@ -363,6 +366,55 @@ class TestPrevalidate:
         assert [v.number for v in result.valid] == expected
         assert [i.position for i in result.invalid] == list(range(9, 12_000, 10))
         assert server.stats.received == Counter([*warm, *(da.to_e164(n, "BR") for n in expected)])
+
+
+class _PerfCounter:
+    """``time`` and ``asyncio`` for `Screen.apply`: its clock gives *times* (the last one
+    again once they run out); its turns (``sleep(0)``) are counted."""
+
+    def __init__(self, *times: float) -> None:
+        self.times = list(times)
+        self.turns = 0
+
+    def perf_counter(self) -> float:
+        return self.times.pop(0) if len(self.times) > 1 else self.times[0]
+
+    async def sleep(self, seconds: float) -> None:
+        self.turns += 1
+
+
+class TestTheChecksOfAChunk:
+    # 47 numbers: the clock is looked at after the 16th and the 32nd.
+    @pytest.mark.parametrize(
+        ("times", "turns"),
+        [
+            ((0.0,), 0),  # checking took no time: no turn
+            ((0.0, 0.001), 1),  # a millisecond passed by the 16th, none since
+            ([i / 1000 for i in range(50)], 2),  # each look a millisecond later
+        ],
+        ids=["no-time", "one-millisecond", "a-millisecond-a-look"],
+    )
+    async def test_other_tasks_get_a_turn_after_each_millisecond_of_checks(
+        self, monkeypatch: pytest.MonkeyPatch, times: list[float], turns: int
+    ) -> None:
+        fake = _PerfCounter(*times)
+        monkeypatch.setattr(_screen, "time", fake)
+        monkeypatch.setattr(_screen, "asyncio", fake)
+        chunk = Chunk(0, 47, [{"number": n, "vars": {}} for n in numbers(47)])
+        screened = await Screen(dedupe=True, prevalidate=False, region=None).apply(chunk)
+        assert len(screened.messages) == 47
+        assert fake.turns == turns
+
+    async def test_the_callers_numbers_are_kept_apart_only_when_one_is_changed(self) -> None:
+        # Numbers sent as given keep the answer's quick path open (decode_answer).
+        given = ["+5511900000001", "(11) 90000-0002", "+5511900000001"]
+        chunk = Chunk(0, 3, [{"number": n, "vars": {}} for n in given])
+        deduped = await Screen(dedupe=True, prevalidate=False, region=None).apply(chunk)
+        assert deduped.given is None
+        assert list(deduped.message_positions()) == [0, 1]
+        checked = await Screen(dedupe=True, prevalidate=True, region="BR").apply(chunk)
+        assert checked.given == given[:2]
+        assert [m["number"] for m in checked.messages] == ["+5511900000001", "+5511900000002"]
 
 
 class TestProgress:
