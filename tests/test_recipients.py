@@ -23,6 +23,12 @@ class TestAcceptedForms:
         item = {"number": "+5511900000001", "vars": {"name": "Ana"}}
         assert to_wire([item], 0) == [item]
 
+    def test_after_another_form_a_mapping_in_wire_shape_is_still_not_copied(self) -> None:
+        # A million recipients in wire shape cost no copies, wherever they stand.
+        item = {"number": "+5511900000002", "vars": {"name": "Ana"}}
+        wire = to_wire(["+5511900000001", item], 0)
+        assert wire[1] is item
+
     def test_a_mapping_without_vars_gets_empty_vars(self) -> None:
         assert to_wire([{"number": "+5511900000001"}], 0) == [
             {"number": "+5511900000001", "vars": {}}
