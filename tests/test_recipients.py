@@ -29,6 +29,19 @@ class TestAcceptedForms:
         wire = to_wire(["+5511900000001", item], 0)
         assert wire[1] is item
 
+    def test_a_recipients_vars_go_as_they_are_when_a_dict_else_as_a_dict(self) -> None:
+        shared = da.Recipient("+5511900000001", vars={"name": "Ana"})
+        other = da.Recipient("+5511900000002", vars=MappingProxyType({"name": "Bia"}))
+        wire = to_wire([shared, other], 0)
+        assert wire[0]["vars"] is shared.vars
+        assert type(wire[1]["vars"]) is dict
+        assert wire[1]["vars"] == {"name": "Bia"}
+
+    def test_refs_hold_the_refs_given_and_no_other_position(self) -> None:
+        refs: dict[int, Any] = {}
+        to_wire([da.Recipient("1"), da.Recipient("2", ref="row 2"), "3"], 5, refs)
+        assert refs == {6: "row 2"}
+
     def test_a_mapping_without_vars_gets_empty_vars(self) -> None:
         assert to_wire([{"number": "+5511900000001"}], 0) == [
             {"number": "+5511900000001", "vars": {}}
@@ -134,6 +147,14 @@ class TestChunking:
     async def test_a_list_is_cut_into_chunks_of_the_given_size(self) -> None:
         chunks = [c async for c in chunked([str(i) for i in range(25)], 10)]
         assert [(c.start, c.size) for c in chunks] == [(0, 10), (10, 10), (20, 5)]
+
+    async def test_a_list_in_wire_shape_is_sent_in_slices_of_the_callers_own_dicts(
+        self,
+    ) -> None:
+        items = [{"number": str(i), "vars": {"row": str(i)}} for i in range(5)]
+        chunks = [c async for c in chunked(items, 2)]
+        sent = [m for c in chunks for m in c.messages]
+        assert all(m is item for m, item in zip(sent, items, strict=True))
 
     async def test_a_bad_recipient_anywhere_in_a_list_raises_before_the_first_chunk(
         self,
