@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import dispatch_async as da
-from dispatch_async._recipients import BadChunkError, chunked, to_wire
+from dispatch_async._recipients import BadChunkError, check_shape, chunked, to_wire
 
 
 class TestAcceptedForms:
@@ -129,6 +129,24 @@ class TestRefusedForms:
         with pytest.raises(da.InvalidRecipientError) as caught:
             to_wire([item], 0)
         assert caught.value.problem == problem
+
+    @pytest.mark.parametrize(
+        ("single", "kind"),
+        [
+            ("+5511900000001", "str"),
+            (b"+5511900000001", "bytes"),
+            ({"number": "+5511900000001"}, "dict"),
+            (da.Recipient("+5511900000001"), "Recipient"),
+        ],
+    )
+    def test_one_recipient_where_a_collection_belongs_is_refused_by_its_kind(
+        self, single: object, kind: str
+    ) -> None:
+        with pytest.raises(da.InputError) as caught:
+            check_shape(single)
+        assert str(caught.value) == (
+            f"recipients must be a collection of recipients, not a single {kind}"
+        )
 
     def test_the_error_is_also_a_value_error_and_a_type_error(self) -> None:
         with pytest.raises(ValueError, match="position 0"):
