@@ -176,6 +176,16 @@ class TestTokenRequestBody:
         assert form.form == {"grant_type": "client_credentials"}  # the secret is not recorded
         assert json.headers["Content-Type"] == json.headers["Accept"] == "application/json"
         assert json.json == {"grant_type": "client_credentials"}
+        # Nothing else goes out with the secret: no Authorization, no header of our own.
+        for request in (form, json):
+            assert {name.lower() for name in request.headers} <= {
+                "host",
+                "accept",
+                "accept-encoding",
+                "content-type",
+                "content-length",
+                "user-agent",
+            }
 
     async def test_a_retry_after_from_the_token_endpoint_is_waited(
         self, server: FakeDispatchServer
