@@ -235,7 +235,7 @@ class TestSecretsNeverShow:
 
 
 def token_calls(mocked: aioresponses) -> int:
-    return len(mocked.requests.get(("POST", URL(TOKEN_URL)), []))
+    return sum(len(calls) for (_, url), calls in mocked.requests.items() if url == URL(TOKEN_URL))
 
 
 class TestTokenEndpointAnswers:
