@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,26 @@ MUTATION_TEST_FILES = {
     },
     "_throttle": {"test_adaptive_rate", "test_batcher", "test_options", "test_simulator_limits"},
 }
+
+
+def _signal_handling() -> tuple[object, object, int]:
+    """What Ctrl-C and SIGTERM do in this process, and where a signal wakes a loop."""
+    wakeup_fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup_fd)
+    return signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), wakeup_fd
+
+
+@pytest.fixture(autouse=True)
+def _signal_handling_left_as_found() -> Iterator[None]:
+    """A test leaves the process's signal handling as it found it.
+
+    A handler left behind (asyncio's no-op for a loop that is gone, say) would swallow a
+    later test's real SIGINT: the blocking client's Ctrl-C tests would wait out their call.
+    """
+    before = _signal_handling()
+    yield
+    after = _signal_handling()
+    assert after == before, f"signal handling (SIGINT, SIGTERM, wakeup fd): {before} -> {after}"
 
 
 def _under_a_mutant() -> str | None:

@@ -134,6 +134,18 @@ class TestThisProcessLearning:
         await rate.answered(Slot(rate.state.version, held=True), 429)
         assert rate.state.rate == pytest.approx(16)
 
+    async def test_after_a_429_the_rate_rises_again_only_an_interval_later(self) -> None:
+        now = [100.0]
+        rate = LocalRate(Aimd(initial=10, interval=1.0), clock=lambda: now[0])
+        await rate.answered(Slot(rate.state.version, held=True), 429)
+        cut = rate.state
+        now[0] = 100.5
+        await rate.answered(Slot(cut.version, held=True), 200)
+        assert rate.state is cut, "within the interval of the cut"
+        now[0] = 101.5
+        await rate.answered(Slot(cut.version, held=True), 200)
+        assert rate.state.rate == pytest.approx(8.4), "8/s, up by its step: 4% of the 10/s cut"
+
 
 class _Learner:
     """A learned rate the test sets by hand (`Learner`)."""
@@ -141,6 +153,7 @@ class _Learner:
     def __init__(self, shared: bool) -> None:
         self.shared = shared
         self.state: RateState | None = None
+        self.holds: list[float] = []
 
     async def take(self) -> Slot:
         return Slot(0 if self.state is None else self.state.version, held=False)
@@ -149,7 +162,7 @@ class _Learner:
         pass
 
     async def hold(self, seconds: float) -> None:
-        pass
+        self.holds.append(seconds)
 
 
 class _Fleet:
@@ -263,6 +276,15 @@ class TestRetryAfter:
         assert after is not None
         assert after.held, "then the learned rate's gap, on top of the pause"
 
+    async def test_a_fleet_that_learns_together_is_held_for_the_seconds_asked(self) -> None:
+        clock = FakeClock()
+        learner = _Learner(shared=True)
+        throttle = Throttle(shared=_Fleet(learner))
+        await throttle.pause(0.3, clock)
+        await throttle.wait(clock)
+        assert learner.holds == [0.3], "the fleet's other processes hold too"
+        assert clock.sleeps == [0.3], "and this process waits it out itself"
+
 
 class TestTheSetting:
     async def test_a_session_shows_its_learned_rate_from_the_start(self) -> None:
@@ -309,13 +331,36 @@ class TestTheSetting:
 
     def test_auto_with_a_shared_limiter_is_refused(self) -> None:
         limiter = da.RedisRateLimiter("redis://127.0.0.1:1/0", requests_per_second=10)
-        with pytest.raises(da.ConfigurationError, match="RedisRateLimiter"):
+        with pytest.raises(da.ConfigurationError) as caught:
             da.DispatchSession(
                 "http://127.0.0.1:1",
                 client_secret="s",
                 requests_per_second="auto",
                 rate_limiter=limiter,
             )
+        assert str(caught.value) == (
+            'requests_per_second="auto" learns for this process alone: to learn for a fleet,'
+            " give it to the RedisRateLimiter instead"
+        )
+
+    def test_a_maximum_without_auto_is_refused_saying_what_it_bounds(self) -> None:
+        with pytest.raises(da.ConfigurationError) as caught:
+            da.DispatchSession(
+                "http://127.0.0.1:1",
+                client_secret="s",
+                requests_per_second=10,
+                max_requests_per_second=20,
+            )
+        assert str(caught.value) == 'max_requests_per_second bounds requests_per_second="auto"'
+
+    def test_a_maximum_below_where_learning_starts_is_where_it_starts(self) -> None:
+        session = da.DispatchSession(
+            "http://127.0.0.1:1",
+            client_secret="s",
+            requests_per_second="auto",
+            max_requests_per_second=4,
+        )
+        assert session.requests_per_second == 4
 
 
 class TestAgainstARateLimitedSimulator:

@@ -119,8 +119,8 @@ _SIGINT_IN_A_FULL_RUN = pytest.mark.xfail(
 )
 
 
-@_SIGINT_IN_A_FULL_RUN
 class TestInterruptions:
+    @_SIGINT_IN_A_FULL_RUN
     def test_ctrl_c_cancels_the_call_on_the_loop_and_the_client_goes_on(
         self, client: da.DispatchClient, simulator: ThreadedSimulator
     ) -> None:
@@ -137,6 +137,7 @@ class TestInterruptions:
         )
         assert client.send_basic(numbers(1, 2), text="x").ok
 
+    @_SIGINT_IN_A_FULL_RUN
     def test_ctrl_c_during_a_streams_read_raises_keyboard_interrupt_and_closes_the_stream(
         self, client: da.DispatchClient, simulator: ThreadedSimulator
     ) -> None:

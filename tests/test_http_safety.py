@@ -17,6 +17,7 @@ import pytest
 from aioresponses import aioresponses
 from hypothesis import given
 from hypothesis import strategies as st
+from yarl import URL
 
 import dispatch_async as da
 from dispatch_async import _transport
@@ -129,6 +130,7 @@ class TestHeaderInjection:
         give_token(mocked, token="abc\r\nX-Evil: 1")
         with pytest.raises(da.AuthenticationError, match="control characters") as caught:
             await session.send_template(["+5511987654321"], template_id="t")
+        assert str(caught.value) == "the access token has control characters; refusing it"
         assert caught.value.result is not None
         assert len(caught.value.result.failed) == 1
 
@@ -218,6 +220,7 @@ class TestSecretsNeverShow:
         mocked.post(TOKEN_URL, status=401, body=f"invalid_client {SECRET}")
         with pytest.raises(da.AuthenticationError) as caught:
             await session.send_template(["+5511987654321"], template_id="t")
+        assert str(caught.value) == "the service rejected the client secret (HTTP 401)"
         assert SECRET not in repr(caught.value)
         assert SECRET not in str(caught.value)
         chained = caught.value.__cause__
@@ -229,6 +232,44 @@ class TestSecretsNeverShow:
         s = da.DispatchSession(BASE, client_secret=SECRET, account="acme")
         assert SECRET not in repr(s)
         assert re.search(r"DispatchSession unopened base_url='https://api.example.test'", repr(s))
+
+
+def token_calls(mocked: aioresponses) -> int:
+    return sum(len(calls) for (_, url), calls in mocked.requests.items() if url == URL(TOKEN_URL))
+
+
+class TestTokenEndpointAnswers:
+    @pytest.mark.parametrize("status", [300, 301, 404, 418, 499])
+    async def test_a_redirect_or_a_client_error_is_a_refusal_and_not_retried(
+        self, mocked: aioresponses, session: da.DispatchSession, status: int
+    ) -> None:
+        mocked.post(TOKEN_URL, status=status, body=f"client_secret={SECRET}")
+        with pytest.raises(da.AuthenticationError) as caught:
+            await session.check_credentials()
+        assert str(caught.value) == (
+            f"the token endpoint refused the request (HTTP {status}); "
+            "check the client secret, base_url and token_request"
+        )
+        assert token_calls(mocked) == 1
+
+    @pytest.mark.parametrize("status", [429, 500, 503, 599])
+    async def test_a_429_or_a_5xx_is_retried_and_its_body_is_not_kept(
+        self, mocked: aioresponses, status: int
+    ) -> None:
+        # The body may echo the form, and the form holds the secret.
+        for _ in range(2):
+            mocked.post(TOKEN_URL, status=status, body=f"you sent client_secret={SECRET}")
+        policy = da.RetryPolicy(wait=False, attempts=2)
+        async with da.DispatchSession(BASE, client_secret=SECRET, retry=policy) as session:
+            with pytest.raises(da.TokenUnavailableError) as caught:
+                await session.check_credentials()
+        assert str(caught.value) == (
+            f"could not get an access token: the service answered HTTP {status}"
+        )
+        cause = caught.value.__cause__
+        assert isinstance(cause, da.StatusError)
+        assert (cause.status, cause.body) == (status, "")
+        assert token_calls(mocked) == 2
 
 
 class TestBaseUrl:

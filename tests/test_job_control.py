@@ -351,6 +351,24 @@ class TestTheDeadline:
         await one_loop_turn()
         assert client_tasks() <= before, "the read of the next chunk was cancelled"
 
+    async def test_a_source_that_stops_between_two_chunks_leaves_no_empty_part(
+        self, session: da.DispatchSession
+    ) -> None:
+        async def rows() -> AsyncIterator[str]:
+            for number in numbers(10):
+                yield number
+            await asyncio.Event().wait()  # nothing more, and no end either
+            yield "never"
+
+        parts: list[da.DispatchResult] = []
+        async with asyncio.timeout(HANG):
+            await drain(
+                session.stream_template(rows(), **TEMPLATE, chunk_size=10, deadline=0.2),
+                into=parts,
+            )
+        # The deadline cut the read of a next chunk that had nothing yet: no part for it.
+        assert [part.positions for part in parts] == [range(10)]
+
     async def test_one_already_past_when_the_call_starts_sends_nothing(
         self, server: FakeDispatchServer, session: da.DispatchSession
     ) -> None:
@@ -572,6 +590,9 @@ class TestCancellation:
         given = numbers(50)
         server.script_for(given[0], Fault.hang())
         server.script_for(given[10], Fault.hang())
+        # The token first: a token fetch is shared, and outlives a caller that gives up
+        # (until the session closes); a loaded machine's could outlast the timeout.
+        await session.check_credentials()
         before = client_tasks()
         cut = asyncio.timeout(None)
 

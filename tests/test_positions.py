@@ -213,6 +213,24 @@ class TestRejectedAndFailedRecipients:
         assert [f.recipient.ref for f in result.failed] == ["row-3", "row-4", "row-5"]
         assert sorted(outcome_positions(result)) == list(range(6))
 
+    @pytest.mark.parametrize(
+        ("fault", "failed"),
+        [(Fault.status(400), [0, 1]), (Fault.omit(1), [1])],
+        ids=["refused-request", "left-out-of-the-answer"],
+    )
+    async def test_a_failed_recipient_is_the_callers_own_spelling_vars_and_ref(
+        self, server: FakeDispatchServer, fault: Fault, failed: list[int]
+    ) -> None:
+        items = [
+            da.Recipient("(11) 90000-0001", vars={"row": "0"}, ref="row-0"),
+            da.Recipient("(11) 90000-0002", vars={"row": "1"}, ref="row-1"),
+        ]
+        server.script_for("+5511900000001", fault)
+        async with session_for(server, prevalidate=True, region="BR") as session:
+            result = await session.send_template(items, **TEMPLATE)
+        # The number as given, not the E.164 one sent: the caller joins on it.
+        assert [f.recipient for f in result.failed] == [items[i] for i in failed]
+
     async def test_recipients_an_answer_leaves_out_fail_at_their_own_positions(
         self, server: FakeDispatchServer
     ) -> None:

@@ -23,7 +23,7 @@ import dispatch_async as da
 from dispatch_async._auth import DEFAULT_LIFETIME
 from dispatch_async._wire import AnswerColumns, decode_answer
 from dispatch_async.instrumentation import Event, TokenObtained
-from dispatch_async.testing import FakeDispatchServer, Fault
+from dispatch_async.testing import FakeClock, FakeDispatchServer, Fault
 
 from .conftest import SECRET, numbers, session_for
 
@@ -58,6 +58,10 @@ class TestTokenLifetime:
         warnings = [r for r in caplog.records if "no readable lifetime" in r.getMessage()]
         assert len(warnings) == 1, "said once per session, not at every fetch"
         assert warnings[0].levelno == logging.WARNING
+        assert warnings[0].getMessage() == (
+            "the token answer gives no readable lifetime (expires_in '<time>', and the token "
+            "has no usable exp claim); trusting it for 60s at a time"
+        )
 
     @pytest.mark.parametrize(
         ("expires_in", "seconds"),
@@ -141,8 +145,9 @@ class TestTokenRequestBody:
         assert server.stats.token_calls == 1
 
     async def test_a_json_only_endpoint_gets_json_after_refusing_the_form_and_keeps_it(
-        self,
+        self, caplog: pytest.LogCaptureFixture
     ) -> None:
+        caplog.set_level(logging.INFO, logger="dispatch_async")
         async with (
             FakeDispatchServer(client_secret=SECRET, token_body="json") as server,
             session_for(server) as session,
@@ -153,6 +158,44 @@ class TestTokenRequestBody:
             assert (await session.send_template([NUMBER], template_id="t")).ok
             assert server.stats.token_calls == 3  # JSON straight away
         assert server.stats.status_counts[400] == 1
+        said = [r.getMessage() for r in caplog.records if "JSON" in r.getMessage()]
+        assert said == ["the token endpoint refused a form body and read JSON; using JSON"]
+
+    async def test_the_token_request_is_a_post_of_the_grant_in_the_form_then_in_json(
+        self,
+    ) -> None:
+        async with (
+            FakeDispatchServer(client_secret=SECRET, token_body="json") as server,
+            session_for(server) as session,
+        ):
+            await session.check_credentials()
+        form, json = [r for r in server.requests if r.endpoint == "token"]
+        assert (form.method, form.path) == (json.method, json.path) == ("POST", "/oauth/token")
+        assert form.headers["Content-Type"] == "application/x-www-form-urlencoded"
+        assert form.headers["Accept"] == "application/x-www-form-urlencoded"
+        assert form.form == {"grant_type": "client_credentials"}  # the secret is not recorded
+        assert json.headers["Content-Type"] == json.headers["Accept"] == "application/json"
+        assert json.json == {"grant_type": "client_credentials"}
+        # Nothing else goes out with the secret: no Authorization, no header of our own.
+        for request in (form, json):
+            assert {name.lower() for name in request.headers} <= {
+                "host",
+                "accept",
+                "accept-encoding",
+                "content-type",
+                "content-length",
+                "user-agent",
+            }
+
+    async def test_a_retry_after_from_the_token_endpoint_is_waited(
+        self, server: FakeDispatchServer
+    ) -> None:
+        server.script_token(Fault.status(503, retry_after="7"))
+        clock = FakeClock()
+        async with session_for(server, retry=da.RetryPolicy(clock=clock)) as session:
+            await session.check_credentials()
+        assert clock.sleeps == [7.0]
+        assert server.stats.token_calls == 2
 
     async def test_an_endpoint_refusing_both_bodies_is_asked_with_the_form_first_again(
         self, server: FakeDispatchServer

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import dispatch_async as da
-from dispatch_async._recipients import chunked, to_wire
+from dispatch_async._recipients import BadChunkError, check_shape, chunked, to_wire
 
 
 class TestAcceptedForms:
@@ -22,6 +22,25 @@ class TestAcceptedForms:
     def test_a_mapping_in_wire_shape_is_sent_as_given(self) -> None:
         item = {"number": "+5511900000001", "vars": {"name": "Ana"}}
         assert to_wire([item], 0) == [item]
+
+    def test_after_another_form_a_mapping_in_wire_shape_is_still_not_copied(self) -> None:
+        # A million recipients in wire shape cost no copies, wherever they stand.
+        item = {"number": "+5511900000002", "vars": {"name": "Ana"}}
+        wire = to_wire(["+5511900000001", item], 0)
+        assert wire[1] is item
+
+    def test_a_recipients_vars_go_as_they_are_when_a_dict_else_as_a_dict(self) -> None:
+        shared = da.Recipient("+5511900000001", vars={"name": "Ana"})
+        other = da.Recipient("+5511900000002", vars=MappingProxyType({"name": "Bia"}))
+        wire = to_wire([shared, other], 0)
+        assert wire[0]["vars"] is shared.vars
+        assert type(wire[1]["vars"]) is dict
+        assert wire[1]["vars"] == {"name": "Bia"}
+
+    def test_refs_hold_the_refs_given_and_no_other_position(self) -> None:
+        refs: dict[int, Any] = {}
+        to_wire([da.Recipient("1"), da.Recipient("2", ref="row 2"), "3"], 5, refs)
+        assert refs == {6: "row 2"}
 
     def test_a_mapping_without_vars_gets_empty_vars(self) -> None:
         assert to_wire([{"number": "+5511900000001"}], 0) == [
@@ -111,6 +130,24 @@ class TestRefusedForms:
             to_wire([item], 0)
         assert caught.value.problem == problem
 
+    @pytest.mark.parametrize(
+        ("single", "kind"),
+        [
+            ("+5511900000001", "str"),
+            (b"+5511900000001", "bytes"),
+            ({"number": "+5511900000001"}, "dict"),
+            (da.Recipient("+5511900000001"), "Recipient"),
+        ],
+    )
+    def test_one_recipient_where_a_collection_belongs_is_refused_by_its_kind(
+        self, single: object, kind: str
+    ) -> None:
+        with pytest.raises(da.InputError) as caught:
+            check_shape(single)
+        assert str(caught.value) == (
+            f"recipients must be a collection of recipients, not a single {kind}"
+        )
+
     def test_the_error_is_also_a_value_error_and_a_type_error(self) -> None:
         with pytest.raises(ValueError, match="position 0"):
             to_wire([3], 0)
@@ -128,6 +165,14 @@ class TestChunking:
     async def test_a_list_is_cut_into_chunks_of_the_given_size(self) -> None:
         chunks = [c async for c in chunked([str(i) for i in range(25)], 10)]
         assert [(c.start, c.size) for c in chunks] == [(0, 10), (10, 10), (20, 5)]
+
+    async def test_a_list_in_wire_shape_is_sent_in_slices_of_the_callers_own_dicts(
+        self,
+    ) -> None:
+        items = [{"number": str(i), "vars": {"row": str(i)}} for i in range(5)]
+        chunks = [c async for c in chunked(items, 2)]
+        sent = [m for c in chunks for m in c.messages]
+        assert all(m is item for m, item in zip(sent, items, strict=True))
 
     async def test_a_bad_recipient_anywhere_in_a_list_raises_before_the_first_chunk(
         self,
@@ -158,3 +203,27 @@ class TestChunking:
         chunks = [c async for c in chunked(numbers(), 5)]
         assert [c.size for c in chunks] == [5, 5, 2]
         assert chunks[2].messages[-1]["number"] == "11"
+
+    async def test_a_bad_recipient_in_a_stream_keeps_the_recipients_read_before_it(
+        self,
+    ) -> None:
+        class Contact(da.Recipient):
+            pass
+
+        # The second chunk: other forms than the plain ones before the bad recipient.
+        items: list[Any] = [
+            *map(str, range(4)),
+            MappingProxyType({"number": "4"}),
+            Contact("5", vars={"a": "b"}, ref="row 5"),
+            None,
+            "7",
+        ]
+        chunks = chunked(iter(items), 4)
+        assert (await anext(chunks)).size == 4
+        with pytest.raises(BadChunkError) as caught:
+            await anext(chunks)
+        assert caught.value.position == 6
+        before = caught.value.before
+        assert (before.start, before.size) == (4, 2)
+        assert before.messages == [{"number": "4", "vars": {}}, {"number": "5", "vars": {"a": "b"}}]
+        assert before.refs == {5: "row 5"}

@@ -192,6 +192,23 @@ class TestBackoffOfARealRequest:
         assert isinstance(result.failed[0].error, da.ServiceUnavailableError)
         assert waits_of(events) == [0.0, 0.0, 0.0]
 
+    async def test_a_failure_at_exactly_max_time_is_not_retried(
+        self, server: FakeDispatchServer
+    ) -> None:
+        clock = FakeClock()
+
+        def each_attempt_takes_five_seconds(event: Event) -> None:
+            if isinstance(event, RetryScheduled):
+                clock.advance(5)
+
+        policy = da.RetryPolicy(attempts=100, max_time=10, first_wait=0, clock=clock)
+        server.script(*[Fault.status(503)] * 100)
+        async with session_for(server, retry=policy, hooks=[each_attempt_takes_five_seconds]) as s:
+            await s.send_basic(numbers(1), text="x")
+
+        # Failures at 0 and 5 s are retried; the one at 10 s has used all of max_time.
+        assert server.stats.requests == 3
+
     async def test_max_time_bounds_every_wait(self, server: FakeDispatchServer) -> None:
         clock = FakeClock()
         policy = da.RetryPolicy(attempts=2, max_time=10, first_wait=100, max_wait=100, clock=clock)
@@ -238,6 +255,18 @@ class TestBackoffOfARealRequest:
         assert "503" in retries[0]
         assert retries[1].endswith(" (attempt 2, waiting 0.50s)")
         assert "429" in retries[1]
+
+    async def test_each_retry_is_told_to_the_hooks_with_the_error_that_caused_it(
+        self, server: FakeDispatchServer
+    ) -> None:
+        policy = da.RetryPolicy(attempts=3, clock=FakeClock())
+        server.script(Fault.status(503, retry_after="2"), Fault.status(429, retry_after="0.5"))
+        result, events = await send_through(server, policy)
+        assert result.ok
+        told = [(e.attempt, e.error, e.wait) for e in events if isinstance(e, RetryScheduled)]
+        assert [(attempt, wait) for attempt, _, wait in told] == [(1, 2.0), (2, 0.5)]
+        assert "503" in told[0][1]
+        assert "429" in told[1][1]
 
     async def test_a_thousand_retries_do_not_overflow_the_backoff(
         self, server: FakeDispatchServer

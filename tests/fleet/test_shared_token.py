@@ -204,9 +204,11 @@ async def test_a_stored_token_with_control_characters_is_refused_where_it_is_rea
 async def test_the_refresh_lock_outlives_a_slow_token_fetch(
     server: FakeDispatchServer, redis_server: str, prefix: str
 ) -> None:
-    server.script_token(Fault.delay(1.5))
+    # The fetch takes five lock timeouts; the holder renews the lock every third of one. A
+    # renewal may come 0.6 s late on a loaded machine (0.3 s timeouts failed there).
+    server.script_token(Fault.delay(5.0))
     stores = [
-        da.RedisTokenStore(redis_server, key_prefix=prefix, lock_timeout=0.3) for _ in range(3)
+        da.RedisTokenStore(redis_server, key_prefix=prefix, lock_timeout=1.0) for _ in range(3)
     ]
     sessions = [session_for(server, token_store=store) for store in stores]
     try:
