@@ -546,6 +546,14 @@ class TestSummary:
         assert (result.requests, result.retries) == (1, 0)  # the first chunk's only
         assert server.stats.dispatch_calls == 1
 
+    async def test_a_chunk_refused_wholly_on_this_machine_counts_no_request_and_no_retry(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        result = await session.send_template(["123", "456"], **TEMPLATE, prevalidate=True)
+        assert [i.number for i in result.invalid] == ["123", "456"]
+        assert (result.requests, result.retries) == (0, 0)
+        assert server.stats.dispatch_calls == 0
+
     async def test_counts_and_summary_add_up_across_buckets(
         self, server: FakeDispatchServer, session: da.DispatchSession
     ) -> None:
