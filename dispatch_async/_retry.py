@@ -2,9 +2,10 @@
 
 Only what the service certainly did not act on is retried by default: a connection
 that was never made, a 429 and a 503. A 401 is not handled here (the session refreshes
-the token and re-sends once). The loop is our own, not a retry library's: the waits are
-the policy's (`RetryPolicy.wait_before`), measured and spent on its clock, so all a
-library would do is count the tries (docs/guides/retries.md says why none is used).
+the token and re-sends once). tenacity runs the retries; what it decides with is the
+policy's: the tries, ``max_time`` and the waits (`RetryPolicy.wait_before`) are measured
+and spent on the policy's clock, never on tenacity's own (docs/changelog.md says why
+tenacity and not stamina or backoff).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Final, TypeVar
 
 import attrs
+import tenacity
 
 from ._clock import MONOTONIC, Clock
 from ._exceptions import ConnectError, DispatchError, StatusError, TokenUnavailableError
@@ -115,31 +117,74 @@ async def retrying(
     The last error is raised as it is. *on_retry* hears of each retry and its wait.
     """
     decide = should_retry or policy.should_retry
+    # The first try runs outside tenacity (and its closures): a call that succeeds pays
+    # for nothing more than this try.
     try:
         return await attempt()
     except DispatchError as error:
         if policy.attempts < 2 or not decide(error):
             raise
         failure = error
+    return await _retry(policy, attempt, failure, decide, on_retry)
+
+
+async def _retry(
+    policy: RetryPolicy,
+    attempt: Callable[[], Awaitable[T]],
+    failure: DispatchError,
+    decide: Callable[[BaseException], bool],
+    on_retry: Callable[[BaseException, float], None] | None,
+) -> T:
+    """The retries after the first try's retryable *failure*, run by tenacity."""
     clock = policy.clock
     started = clock.now()
-    tries = 1
-    while True:
+    first_failure: DispatchError | None = failure
+
+    async def again() -> T:
+        # tenacity's first try replays the failure above, so its tries count as ours do.
+        nonlocal first_failure
+        if first_failure is not None:
+            replayed, first_failure = first_failure, None
+            raise replayed
+        return await attempt()
+
+    def retryable(state: tenacity.RetryCallState) -> bool:
+        error = _failure(state)
+        return isinstance(error, DispatchError) and decide(error)
+
+    def gives_up(state: tenacity.RetryCallState) -> bool:
+        spent = clock.now() - started >= policy.max_time
+        return state.attempt_number >= policy.attempts or spent
+
+    def wait(state: tenacity.RetryCallState) -> float:
         # Never past max_time: the wait is cut to what is left of it.
         left = policy.max_time - (clock.now() - started)
-        wait = max(0.0, min(policy.wait_before(tries, failure), left))
-        log.info("retrying after %s (attempt %d, waiting %.2fs)", failure, tries, wait)
+        return max(0.0, min(policy.wait_before(state.attempt_number, _failure(state)), left))
+
+    def tell(state: tenacity.RetryCallState) -> None:
+        error, waiting = _failure(state), state.upcoming_sleep
+        assert error is not None  # tenacity sleeps only after a retryable error
+        log.info(
+            "retrying after %s (attempt %d, waiting %.2fs)", error, state.attempt_number, waiting
+        )
         if on_retry is not None:
-            on_retry(failure, wait)
-        await clock.sleep(wait)
-        tries += 1
-        try:
-            return await attempt()
-        except DispatchError as error:
-            spent = clock.now() - started >= policy.max_time
-            if tries >= policy.attempts or spent or not decide(error):
-                raise
-            failure = error
+            on_retry(error, waiting)
+
+    retryer = tenacity.AsyncRetrying(
+        sleep=clock.sleep,
+        stop=gives_up,
+        wait=wait,
+        retry=retryable,
+        before_sleep=tell,
+        reraise=True,
+    )
+    result: T = await retryer(again)
+    return result
+
+
+def _failure(state: tenacity.RetryCallState) -> BaseException | None:
+    """The error the try that *state* is at raised (None if it returned)."""
+    return None if state.outcome is None else state.outcome.exception()
 
 
 def parse_retry_after(value: str | None) -> float | None:
