@@ -163,6 +163,18 @@ class TestBackoffOfARealRequest:
             assert max(waits) > ceiling / 2  # beyond the retry before it: it grew
         assert pauses_of(events) == []
 
+    async def test_an_error_not_to_retry_after_one_to_retry_ends_the_retries(
+        self, server: FakeDispatchServer
+    ) -> None:
+        # A 503 is retried; the 500 that answers the retry may have been acted on: no more.
+        policy = da.RetryPolicy(attempts=5, clock=FakeClock())
+        result, _ = await send_through(server, policy, Fault.status(503), Fault.status(500))
+
+        assert [r.endpoint for r in server.requests] == ["token", "basic", "basic"]
+        [failure] = result.failed
+        assert type(failure.error) is da.ServerStatusError
+        assert failure.error.status == 500
+
     async def test_max_wait_caps_it(self, server: FakeDispatchServer) -> None:
         clock = FakeClock()
         policy = da.RetryPolicy(attempts=7, first_wait=1, max_wait=1.5, clock=clock)
