@@ -150,6 +150,8 @@ class Fleet:
         self.running: dict[int, subprocess.Popen[bytes]] = {}
         self.cpu = 0.0
         self.started = 0
+        self.pids: dict[int, None] = {}  # every worker started, in order
+        self.ended_by_themselves: dict[int, tuple[int, str]] = {}  # exit code, log's end
 
     def start(self) -> int:
         self.started += 1
@@ -158,6 +160,7 @@ class Fleet:
                 self.command, env=self.env, stdout=subprocess.DEVNULL, stderr=sink
             )
         self.running[process.pid] = process
+        self.pids[process.pid] = None
         return process.pid
 
     def wait_started(self) -> None:
@@ -170,11 +173,20 @@ class Fleet:
             time.sleep(0.1)
 
     def kill(self, pid: int, signum: int = signal.SIGKILL) -> None:
+        """Send *signum* to worker *pid* and reap it, unless it ended on its own before."""
         process = self.running.pop(pid)
-        process.send_signal(signum)
-        _, _, usage = os.wait4(pid, 0)
-        process.returncode = -signum
+        ended, status, usage = os.wait4(pid, os.WNOHANG)
+        if ended:  # a worker that stopped by itself: the run reports it and its log's end
+            self.ended_by_themselves[pid] = (os.waitstatus_to_exitcode(status), self._log(pid))
+        else:
+            os.kill(pid, signum)
+            _, status, usage = os.wait4(pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
         self.cpu += usage.ru_utime + usage.ru_stime
+
+    def _log(self, pid: int) -> str:
+        number = list(self.pids).index(pid) + 1
+        return (self.logs / f"worker-{number}.log").read_text(errors="replace")[-1500:]
 
     def stop_all(self) -> None:
         for pid in list(self.running):
@@ -358,6 +370,10 @@ def _summary(
         "chunks_in_flight_at_a_kill_never_recorded": len(watched),
         "worker_cpu_ms_per_chunk": round(fleet.cpu / chunks * 1000, 1),
         "worker_processes": fleet.started,
+        "workers_that_stopped_by_themselves": {
+            str(pid): {"exit_code": code, "log_end": log}
+            for pid, (code, log) in fleet.ended_by_themselves.items()
+        },
         "load_average": os.getloadavg(),
     }
 
@@ -388,6 +404,7 @@ def main() -> None:
         and summary["sent_all_received"]
         and summary["received_all_accounted"]
         and not summary["chunks_in_flight_at_a_kill_never_recorded"]
+        and not summary["workers_that_stopped_by_themselves"]
     )
     sys.exit(0 if ok else 1)
 

@@ -25,7 +25,9 @@ The stream entry of a chunk is acknowledged and deleted in the transaction that 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import re
 import time
 import urllib.parse
@@ -42,6 +44,8 @@ from .spec import FAILED, Problem
 #: A redis-py asyncio client. Typed loosely: redis-py types every reply as "awaitable or
 #: not", which strict mypy rejects at each ``await``.
 QueueRedis: TypeAlias = Any
+
+log = logging.getLogger("dispatch_async")
 
 __all__ = [
     "DEFAULT_TTL",
@@ -185,11 +189,36 @@ async def connect(queue_url: str) -> QueueRedis:
         raise Problem("--queue must be a redis://, rediss:// or unix:// URL")
     client = redis.asyncio.Redis.from_url(queue_url, socket_timeout=SOCKET_TIMEOUT)
     try:
-        await client.ping()
+        await _ping_once_loaded(client)
     except redis_errors() as exc:
         await client.aclose()
         raise unreachable(queue_url, exc) from None
     return client
+
+
+#: How long a command waits for a Redis that answers but is still loading its data: a
+#: restarted Redis answers LOADING until it has read its append-only file back.
+LOADING_WAIT: Final = 120.0
+
+
+async def _ping_once_loaded(client: QueueRedis) -> None:
+    """PING, waiting while Redis is loading: a worker started as Redis restarts (by a
+    supervisor, say) would otherwise exit as if the queue could not be used at all."""
+    import redis.exceptions
+
+    deadline = time.monotonic() + LOADING_WAIT
+    told = False
+    while True:
+        try:
+            await client.ping()
+            return
+        except redis.exceptions.BusyLoadingError:
+            if time.monotonic() >= deadline:
+                raise
+            if not told:
+                log.warning("the queue's Redis is loading its data: waiting for it")
+                told = True
+            await asyncio.sleep(0.1)
 
 
 @contextlib.asynccontextmanager

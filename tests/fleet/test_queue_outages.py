@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections import Counter
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis as redis_sync
 
 from dispatch_async._cli.queue import JobKeys, connect
 from dispatch_async._cli.report import report
@@ -172,3 +174,76 @@ async def test_redis_stopping_mid_job_then_starting_again_loses_and_doubles_noth
                 break
     assert summary.complete, summary
     assert_every_line_once_and_nothing_received_twice(tmp_path / "report.jsonl", server)
+
+
+def _answer_to_ping(port: int) -> bytes:
+    """What Redis answers a PING (a socket's own: redis-py retries LOADING answers)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64)
+    except OSError:
+        return b""
+
+
+@pytest.fixture
+def loading_redis(tmp_path: Path) -> Iterator[tuple[str, redis_sync.Redis]]:
+    """A redis-server of this test's own, started on data it takes seconds to load back
+    (20,000 keys, each held 200 µs by a setting made for such tests): (url, a client),
+    once it answers LOADING."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not on PATH")
+    port = free_port()
+    data = tmp_path / "loading-redis"
+    data.mkdir()
+    command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data)]
+    command += ["--save", "", "--appendonly", "no"]
+    filling = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
+    try:
+        for _ in range(500):
+            if _answers_ping(port):
+                break
+            time.sleep(0.02)  # between two pings of a process starting up
+        with redis_sync.Redis(port=port) as client, client.pipeline(transaction=False) as pipe:
+            for n in range(20_000):
+                pipe.set(f"filler:{n}", "x")
+            pipe.execute()
+            client.save()
+    finally:
+        filling.terminate()
+        filling.wait(timeout=10)
+    slow = ["--key-load-delay", "200", "--loading-process-events-interval-bytes", "1024"]
+    loading = subprocess.Popen(  # noqa: S603 - redis-server from PATH, fixed arguments
+        [*command, *slow], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    client = redis_sync.Redis(port=port)
+    try:
+        for _ in range(500):
+            answer = _answer_to_ping(port)
+            if answer.startswith(b"-LOADING"):
+                break
+            assert not answer.startswith(b"+PONG"), "Redis loaded its data before the test"
+            time.sleep(0.02)  # not listening yet
+        yield f"redis://127.0.0.1:{port}/0", client
+    finally:
+        client.close()
+        loading.kill()
+        loading.wait()
+
+
+async def test_a_worker_started_while_redis_loads_its_data_waits_for_it(
+    loading_redis: tuple[str, redis_sync.Redis], prefix: str
+) -> None:
+    # A restarted Redis answers LOADING until it has read its data back; a worker started
+    # then (a supervisor replacing one) waits instead of exiting "cannot use the queue".
+    url, client = loading_redis
+    async with FakeDispatchServer(client_secret=SECRET) as server:
+        worker = await start_worker(server, url, prefix)
+        _, err = await asyncio.wait_for(worker.communicate(), JOB_TIMEOUT + 30)
+    told = err.decode()
+    assert worker.returncode == 0, told[-2000:]
+    assert "the queue's Redis is loading its data: waiting for it" in told
+    assert "cannot use the Redis queue" not in told
+    filler = sum(1 for _ in client.scan_iter("filler:*", count=5_000))
+    assert filler == 20_000  # the data loaded whole, the worker's keys beside it
