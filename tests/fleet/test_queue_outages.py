@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections import Counter
@@ -20,7 +19,7 @@ import redis as redis_sync
 from dispatch_async._cli.queue import JobKeys, connect
 from dispatch_async._cli.report import report
 from dispatch_async.testing import FakeDispatchServer
-from tests.fleet.conftest import _answers_ping, free_port
+from tests.fleet.conftest import _answers_ping, answer_to_ping, free_port
 from tests.fleet.test_queue import (
     JOB_TIMEOUT,
     LINES,
@@ -85,34 +84,39 @@ async def test_a_worker_stopped_by_sigterm_mid_chunk_records_it_maybe_sent_once(
     assert all(r["outcome"] == "maybe_sent" for r in interrupted)
 
 
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[tuple[str, Any, Any]]:
-    """A redis-server of this test's own, with an append-only file so that it can be
-    stopped and started again with its data: (url, start, stop)."""
+def redis_command(tmp_path: Path) -> tuple[list[str], int]:
+    """redis-server on a free port of 127.0.0.1, its data in *tmp_path*: (command, port)."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not on PATH")
     port = free_port()
     data = tmp_path / "redis"
     data.mkdir()
+    return [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data)], port
+
+
+def started(command: list[str], port: int) -> subprocess.Popen[bytes]:
+    """redis-server run as *command*, once it answers a PING."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
+    for _ in range(500):
+        if _answers_ping(port):
+            return process
+        assert process.poll() is None, "redis-server did not start"
+        time.sleep(0.02)  # between two pings of a process starting up
+    process.kill()
+    pytest.fail("redis-server did not answer")
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[str, Any, Any]]:
+    """A redis-server of this test's own, with an append-only file so that it can be
+    stopped and started again with its data: (url, start, stop)."""
+    command, port = redis_command(tmp_path)
+    command += ["--appendonly", "yes", "--appendfsync", "always", "--save", ""]
     processes: list[subprocess.Popen[bytes]] = []
 
     def start() -> None:
-        process = subprocess.Popen(  # noqa: S603 - redis-server from PATH, fixed arguments
-            [
-                *(binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data)),
-                *("--appendonly", "yes", "--appendfsync", "always", "--save", ""),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        processes.append(process)
-        for _ in range(500):
-            if _answers_ping(port):
-                return
-            assert process.poll() is None, "redis-server did not start"
-            time.sleep(0.02)  # between two pings of a process starting up
-        pytest.fail("redis-server did not answer")
+        processes.append(started(command, port))
 
     def stop() -> None:
         process = processes[-1]
@@ -176,35 +180,15 @@ async def test_redis_stopping_mid_job_then_starting_again_loses_and_doubles_noth
     assert_every_line_once_and_nothing_received_twice(tmp_path / "report.jsonl", server)
 
 
-def _answer_to_ping(port: int) -> bytes:
-    """What Redis answers a PING (a socket's own: redis-py retries LOADING answers)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64)
-    except OSError:
-        return b""
-
-
 @pytest.fixture
 def loading_redis(tmp_path: Path) -> Iterator[tuple[str, redis_sync.Redis]]:
     """A redis-server of this test's own, started on data it takes seconds to load back
     (20,000 keys, each held 200 µs by a setting made for such tests): (url, a client),
     once it answers LOADING."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not on PATH")
-    port = free_port()
-    data = tmp_path / "loading-redis"
-    data.mkdir()
-    command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data)]
+    command, port = redis_command(tmp_path)
     command += ["--save", "", "--appendonly", "no"]
-    filling = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
+    filling = started(command, port)
     try:
-        for _ in range(500):
-            if _answers_ping(port):
-                break
-            time.sleep(0.02)  # between two pings of a process starting up
         with redis_sync.Redis(port=port) as client, client.pipeline(transaction=False) as pipe:
             for n in range(20_000):
                 pipe.set(f"filler:{n}", "x")
@@ -220,7 +204,7 @@ def loading_redis(tmp_path: Path) -> Iterator[tuple[str, redis_sync.Redis]]:
     client = redis_sync.Redis(port=port)
     try:
         for _ in range(500):
-            answer = _answer_to_ping(port)
+            answer = answer_to_ping(port)
             if answer.startswith(b"-LOADING"):
                 break
             assert not answer.startswith(b"+PONG"), "Redis loaded its data before the test"
