@@ -60,10 +60,14 @@ class TestRefreshAhead:
     async def test_no_request_uses_an_expired_token_over_several_lifetimes(
         self, server: FakeDispatchServer
     ) -> None:
-        server.token_lifetime = 0.5
+        # Tokens of a second: a short-lived token is given up 15% of its life before it
+        # expires, 150 ms here. With half-second ones (75 ms) a request that took its
+        # token just before that point reached the server late under coverage on two
+        # cores (2 of 720 in one CI run): the machine's delay, not a token kept too long.
+        server.token_lifetime = 1.0
         async with session_for(server, max_concurrency=4, chunk_size=10) as session:
             loop = asyncio.get_running_loop()
-            end = loop.time() + 2.5  # five lifetimes
+            end = loop.time() + 5.0  # five lifetimes
             sent = 0
             while loop.time() < end:
                 result = await session.send_template(
