@@ -19,7 +19,7 @@ A chunk goes ``pending`` (the producer) -> ``in_flight`` (a worker, with a compa
 before anything is sent) -> ``done`` (with its records). A worker that finds a chunk
 already ``in_flight`` is running a redelivery after a worker died mid-send: it records
 the chunk's rows ``maybe_sent`` without sending. A ``done`` chunk is never sent again.
-The stream entry of a chunk is acknowledged and deleted in the transaction that stores
+The stream entry of a chunk is acknowledged and deleted in the script that stores
 ``done``: an entry is in the stream exactly while its chunk waits for a worker's records.
 """
 
@@ -315,34 +315,47 @@ async def claim(redis: QueueRedis, keys: JobKeys, index: int, owner: str) -> Cla
     return Claimed(state or None, rows or None, target or None, account.decode() or None, ttl)
 
 
-#: Chunk ARGV[1] gets its records ARGV[2] and goes ``done``, and its stream entry ARGV[6]
-#: (if not "") is let go, all at once; with ARGV[5] == "1" only over ``in_flight`` (else
-#: only the entry is let go, and it returns 0). ARGV[3]: the time, ARGV[4]: the TTL of the
-#: records, ARGV[7]: the group. One script, not MULTI/EXEC (and WATCH for a redelivery):
-#: one reply to read instead of a dozen, and a redelivery's check needs no round trip.
-_FINISH = """
+#: A stream entry ARGV[2] (if not "") acknowledged and deleted, and chunk ARGV[1] (if not
+#: "") no longer queued: KEYS[1] the stream, KEYS[2] the queued hash, ARGV[3] the group.
+#: The one way an entry is let go, on its own (``release``) or as ``finish`` ends.
+_LET_GO = """
+if ARGV[2] ~= '' then
+    redis.call('XACK', KEYS[1], ARGV[3], ARGV[2])
+    redis.call('XDEL', KEYS[1], ARGV[2])
+end
+if ARGV[1] ~= '' then
+    redis.call('HDEL', KEYS[2], ARGV[1])
+end
+"""
+
+#: Chunk ARGV[1] gets its records ARGV[4] and goes ``done`` (KEYS[3] its state, KEYS[4]
+#: the records, KEYS[5] the job, KEYS[6] its rows, KEYS[7] the done stream), then its
+#: entry is let go (``_LET_GO``'s keys and arguments first), all at once; with ARGV[5] ==
+#: "1" only over ``in_flight`` (else only the entry is let go, and it returns 0).
+#: ARGV[6]: the time, ARGV[7]: the TTL of the records. One script, not MULTI/EXEC (and
+#: WATCH for a redelivery): one reply to read instead of a dozen, and a redelivery's
+#: check needs no round trip.
+_FINISH = (
+    """
 local done = 1
-if ARGV[5] == '1' and redis.call('HGET', KEYS[1], ARGV[1]) ~= 'in_flight' then
+if ARGV[5] == '1' and redis.call('HGET', KEYS[3], ARGV[1]) ~= 'in_flight' then
     done = 0
 else
-    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-    redis.call('HSET', KEYS[1], ARGV[1], 'done')
-    redis.call('HSET', KEYS[3], 'last_done', ARGV[3])
-    redis.call('DEL', KEYS[4])
-    redis.call('XADD', KEYS[5], '*', 'chunk', ARGV[1])
-    local ttl = tonumber(ARGV[4])
+    redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
+    redis.call('HSET', KEYS[3], ARGV[1], 'done')
+    redis.call('HSET', KEYS[5], 'last_done', ARGV[6])
+    redis.call('DEL', KEYS[6])
+    redis.call('XADD', KEYS[7], '*', 'chunk', ARGV[1])
+    local ttl = tonumber(ARGV[7])
     if ttl > 0 then
-        redis.call('EXPIRE', KEYS[2], ttl)
-        redis.call('EXPIRE', KEYS[5], ttl)
+        redis.call('EXPIRE', KEYS[4], ttl)
+        redis.call('EXPIRE', KEYS[7], ttl)
     end
 end
-if ARGV[6] ~= '' then
-    redis.call('XACK', KEYS[6], ARGV[7], ARGV[6])
-    redis.call('XDEL', KEYS[6], ARGV[6])
-end
-redis.call('HDEL', KEYS[7], ARGV[1])
-return done
 """
+    + _LET_GO
+    + "return done\n"
+)
 
 
 async def finish(
@@ -365,24 +378,16 @@ async def finish(
     The producer waiting for the job hears of it on ``keys.done`` (``waiting``).
     """
     done = await _script(redis, _FINISH)(
-        keys=[keys.state, keys.out, keys.meta, keys.rows(index), keys.done, keys.stream,
-              keys.queued],
-        args=[str(index), b"\n".join(records), str(time.time()), ttl,
-              "1" if only_if_in_flight else "0", entry or b"", GROUP],
+        keys=[keys.stream, keys.queued, keys.state, keys.out, keys.meta, keys.rows(index),
+              keys.done],
+        args=[str(index), entry or b"", GROUP, b"\n".join(records),
+              "1" if only_if_in_flight else "0", str(time.time()), ttl],
     )  # fmt: skip
     return bool(done)
 
 
 async def release(redis: QueueRedis, keys: JobKeys, index: int | None, entry: bytes) -> None:
     """Acknowledge and delete a stream *entry* that has nothing (more) to do."""
-    async with redis.pipeline(transaction=True) as pipe:
-        _let_go(pipe, keys, index, entry)
-        await pipe.execute()
-
-
-def _let_go(pipe: Any, keys: JobKeys, index: int | None, entry: bytes | None) -> None:
-    if entry is not None:
-        pipe.xack(keys.stream, GROUP, entry)
-        pipe.xdel(keys.stream, entry)
-    if index is not None:
-        pipe.hdel(keys.queued, str(index))
+    await _script(redis, _LET_GO)(
+        keys=[keys.stream, keys.queued], args=["" if index is None else str(index), entry, GROUP]
+    )
