@@ -189,6 +189,14 @@ async def loop_turns() -> AsyncIterator[list[int]]:
             await task
 
 
+async def stalling(given: list[str]) -> AsyncIterator[str]:
+    """*given*, then nothing more and no end either: a source with nothing for now."""
+    for number in given:
+        yield number
+    await asyncio.Event().wait()
+    yield "never"
+
+
 def session_for(server: FakeDispatchServer, **settings: Any) -> da.DispatchSession:
     """A session on *server* that never waits between retries, with *settings* on top."""
     settings.setdefault("retry", da.RetryPolicy(wait=False))

@@ -14,7 +14,7 @@ import pytest
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer, Fault
 
-from .conftest import HANG, TEMPLATE, numbers, session_for
+from .conftest import HANG, TEMPLATE, numbers, session_for, stalling
 
 
 def client_tasks() -> set[asyncio.Task[Any]]:
@@ -331,15 +331,11 @@ class TestTheDeadline:
     async def test_a_source_that_stops_yielding_is_cut_by_it_too(
         self, server: FakeDispatchServer, session: da.DispatchSession
     ) -> None:
-        async def rows() -> AsyncIterator[str]:
-            for number in numbers(15):
-                yield number
-            await asyncio.Event().wait()  # a queue nobody fills any more
-            yield "never"
-
         before = client_tasks()
         async with asyncio.timeout(HANG):
-            result = await session.send_template(rows(), **TEMPLATE, chunk_size=10, deadline=0.5)
+            result = await session.send_template(
+                stalling(numbers(15)), **TEMPLATE, chunk_size=10, deadline=0.5
+            )
         assert [v.number for v in result.valid] == numbers(10)
         assert server.stats.recipients_received == 10
         # The five read into the next chunk when the deadline cut its read: not sent.
@@ -354,16 +350,12 @@ class TestTheDeadline:
     async def test_a_source_that_stops_between_two_chunks_leaves_no_empty_part(
         self, session: da.DispatchSession
     ) -> None:
-        async def rows() -> AsyncIterator[str]:
-            for number in numbers(10):
-                yield number
-            await asyncio.Event().wait()  # nothing more, and no end either
-            yield "never"
-
         parts: list[da.DispatchResult] = []
         async with asyncio.timeout(HANG):
             await drain(
-                session.stream_template(rows(), **TEMPLATE, chunk_size=10, deadline=0.2),
+                session.stream_template(
+                    stalling(numbers(10)), **TEMPLATE, chunk_size=10, deadline=0.2
+                ),
                 into=parts,
             )
         # The deadline cut the read of a next chunk that had nothing yet: no part for it.
@@ -500,18 +492,12 @@ class TestTheSessionClosesMidCall:
     async def test_a_stream_waiting_on_its_source_stops_at_once(
         self, server: FakeDispatchServer
     ) -> None:
-        async def rows() -> AsyncIterator[str]:
-            for number in numbers(15):
-                yield number
-            await asyncio.Event().wait()  # a source that has nothing more for now
-            yield "never"
-
         session = session_for(server)
         parts: list[da.DispatchResult] = []
         a_part_came = asyncio.Event()
 
         async def consume() -> None:
-            async for part in session.stream_basic(rows(), text="x", chunk_size=10):
+            async for part in session.stream_basic(stalling(numbers(15)), text="x", chunk_size=10):
                 parts.append(part)
                 a_part_came.set()
 

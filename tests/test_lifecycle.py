@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -12,7 +11,7 @@ import pytest
 import dispatch_async as da
 from dispatch_async.testing import FakeDispatchServer, Fault
 
-from .conftest import HANG, SECRET, numbers
+from .conftest import HANG, SECRET, numbers, stalling
 
 NUMBER = "+5511987654321"
 
@@ -129,14 +128,10 @@ class TestClosingDuringACall:
     async def test_a_call_waiting_on_its_source_stops_at_once(
         self, server: FakeDispatchServer
     ) -> None:
-        async def rows() -> AsyncIterator[str]:
-            for number in numbers(15):
-                yield number
-            await asyncio.Event().wait()  # a source that has nothing more for now
-            yield "never"
-
         session = da.DispatchSession(server.url, client_secret=SECRET, account="acme")
-        call = asyncio.create_task(session.send_basic(rows(), text="x", chunk_size=10))
+        call = asyncio.create_task(
+            session.send_basic(stalling(numbers(15)), text="x", chunk_size=10)
+        )
         await server.wait_until(lambda: server.stats.recipients_received == 10)
         async with asyncio.timeout(HANG):
             await session.close()
