@@ -340,7 +340,9 @@ class TokenKeeper:
 
         Check, lock, check again: only the lock holder fetches (and saves); a process
         that does not get the lock waits for the holder's token to appear. An unreachable
-        store is not fatal: the token is then fetched locally.
+        store is not fatal: the token is then fetched locally, unless the one in hand still
+        works (a refresh ahead of time): then the refresh fails, and is tried again later,
+        rather than fetch a token the fleet would not share.
         """
         give_up_at = self._clock() + STORE_WAIT_MAX
         try:
@@ -370,6 +372,10 @@ class TokenKeeper:
                     if adopted is not None:
                         return adopted
         except TokenStoreUnavailable as exc:
+            current = self._token
+            if current is not None and self._clock() < current.expires_at:
+                # Only the refresh-ahead task asks while the token works: it tries again.
+                raise TokenStoreUnavailable(f"the token store is unreachable ({exc})") from exc
             log.warning("the token store is unreachable (%s); fetching a token locally", exc)
             return await self._fetch()
 
@@ -416,7 +422,7 @@ class TokenKeeper:
             try:
                 await self._shared_fetch()
                 failures = 0
-            except DispatchError as exc:
+            except (DispatchError, TokenStoreUnavailable) as exc:
                 failures += 1
                 log.warning(
                     "refreshing the access token failed (%s); the current one is kept, %.1fs left",

@@ -792,6 +792,58 @@ class TestSharedStore:
             f"the token store is unreachable ({UNREACHABLE}); fetching a token locally"
         ]
 
+    async def test_a_refresh_while_the_store_is_unreachable_keeps_the_token_and_tries_again(
+        self, clock: FakeClock, waits: SteppedWaits, warnings: Warnings
+    ) -> None:
+        # A Redis restart at the refresh point: a token fetched now would not be shared, so
+        # every process of the fleet would fetch its own. The one in hand still works.
+        store = MemoryStore(clock)
+        fetch = Fetches(
+            clock,
+            planned("t1", START, refresh_in=50, expires_in=95),
+            planned("t2", START + 51.5, refresh_in=50, expires_in=95),
+        )
+        async with sharing_keeper(fetch, store) as keeper:
+            assert await keeper.token() == "t1"
+            keeper.start()
+            assert await waits.asked() == 50.0
+            store.unreachable = True
+            for wait in [0.5, 1.0]:
+                waits.elapse()
+                assert (await warnings.next()).getMessage() == (
+                    "refreshing the access token failed (the token store is unreachable "
+                    f"({UNREACHABLE})); the current one is kept, "
+                    f"{95 - clock.now() + START:.1f}s left"
+                )
+                assert waits.asked_now() == wait
+            assert await keeper.token() == "t1"
+            assert fetch.times == [START], "no token fetched while the store was away"
+            store.unreachable = False
+            waits.elapse()
+            assert await waits.asked() == 50.0
+        assert fetch.times == [START, START + 51.5]
+        assert store.stored == StoredToken("t2", WALL + 51.5, 95.0)
+        assert warnings.none()
+
+    async def test_a_token_that_expires_while_the_store_is_unreachable_is_fetched_here(
+        self, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        store = MemoryStore(clock)
+        fetch = Fetches(
+            clock,
+            planned("t1", START, refresh_in=50, expires_in=95),
+            planned("t2", START + 95, refresh_in=50, expires_in=95),
+        )
+        async with sharing_keeper(fetch, store) as keeper:
+            assert await keeper.token() == "t1"
+            store.unreachable = True
+            clock.advance(95)
+            assert await keeper.token() == "t2"
+        assert fetch.times == [START, START + 95]
+        assert [r.getMessage() for r in caplog.records] == [
+            f"the token store is unreachable ({UNREACHABLE}); fetching a token locally"
+        ]
+
     async def test_while_another_process_holds_the_lock_the_store_is_read_until_its_token_comes(
         self, clock: FakeClock
     ) -> None:
