@@ -209,7 +209,9 @@ def _poll(url: str, what: Any) -> Any:
 def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from cli import make_csv
+    from run import compile_installed
 
+    compile_installed()
     source = tmp / "in.csv"
     make_csv(source, args.rows)
     chunks = -(-args.rows // args.chunk_size)

@@ -222,7 +222,9 @@ def _spread(values: list[float]) -> str:
 def queue(args: argparse.Namespace, redis_url: str) -> None:
     sys.path.insert(0, str(HERE))
     from cli import make_csv
-    from run import server, simulator
+    from run import compile_installed, server, simulator
+
+    compile_installed()
 
     sizes = [int(n) for n in args.workers.split(",")]
     requests = -(-args.rows // args.chunk_size)
