@@ -162,6 +162,11 @@ def test_repr_shows_the_url_without_its_password() -> None:
     assert "hunter2" not in repr(limiter)
 
 
+def test_repr_masks_the_password_of_a_url_without_a_port() -> None:
+    store = da.RedisTokenStore("redis://:hunter2@redis.internal/0")
+    assert "'redis://:***@redis.internal/0'" in repr(store)
+
+
 def test_missing_redis_extra_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "redis", None)
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)
