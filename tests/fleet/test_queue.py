@@ -29,6 +29,7 @@ from dispatch_async._cli.report import report, run_enqueue
 from dispatch_async._cli.spec import Connection, InputSpec, Problem, Target
 from dispatch_async._cli.worker import Worker, WorkerConfig, run_queue_worker, run_worker
 from dispatch_async.testing import FakeDispatchServer
+from tests.conftest import HANG
 from tests.fleet.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -579,6 +580,7 @@ def worker_config(redis_url: str, prefix: str, **connection: Any) -> WorkerConfi
         connection=Connection(**{**options, **connection}),
         key_prefix=prefix,
         burst=True,
+        poll_delay=0.05,
     )
 
 
@@ -598,6 +600,27 @@ class TestTheWorkerInProcess:
         assert await redis.xrange(keys.stream, entry, entry) == []
         assert not await redis.hexists(keys.queued, "0")
         assert not await redis.hexists(keys.out, "0")
+
+    async def test_refused_credentials_stop_each_chunk_and_record_it_not_sent(
+        self, redis: Any, redis_server: str, prefix: str, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "in.csv"
+        write_input(source)
+        await produce(redis_server, prefix, source, "refused")
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            config = worker_config(redis_server, prefix, base_url=server.url, client_secret="no")
+            async with asyncio.timeout(HANG):
+                await Worker(config, redis).run()  # --burst: until the queue is empty
+            stats = server.stats
+        output = tmp_path / "report.jsonl"
+        summary = await report(redis, job="refused", output=output, key_prefix=prefix)
+        records = read_report(output)
+        assert summary.complete
+        assert stats.dispatch_calls == 0
+        assert Counter(r["outcome"] for r in records) == {"not_sent": LINES - 1, "invalid": 1}
+        assert {r["error_type"] for r in records if r["outcome"] == "not_sent"} == {
+            "AuthenticationError"
+        }
 
     async def test_without_the_services_address_or_secret_it_says_what_to_set(
         self, redis_server: str, prefix: str
