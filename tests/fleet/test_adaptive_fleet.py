@@ -21,6 +21,7 @@ from dispatch_async.testing import FakeDispatchServer
 from tests.fleet.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+AN_HOUR = 3600.0
 
 
 async def workers(
@@ -334,3 +335,23 @@ class TestTheLearnedRateWhenRedisFailsOrLags:
             await admin.aclose()
             await limiter.aclose()
         assert limiter.learner.state == newer
+
+    @pytest.mark.parametrize("meanwhile", ["deleted", "a stranger's value"])
+    async def test_a_turn_taken_while_the_learned_rate_is_gone_keeps_the_rate_held(
+        self, redis_server: str, prefix: str, meanwhile: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(learned_rate, "REFRESH", AN_HOUR)  # the copy held is fresh
+        held = RateState(40.0, 7, time.time() - 10, step=2.0, reason="decrease")
+        [limiter] = await TestCoordination().limiters(redis_server, prefix, held, count=1)
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        try:
+            if meanwhile == "deleted":
+                await admin.delete(f"{prefix}rate:learned")
+            else:
+                await admin.set(f"{prefix}rate:learned", "not a state")
+            slot = await limiter.learner.take()
+        finally:
+            await admin.aclose()
+            await limiter.aclose()
+        assert slot.version == held.version  # sent under the rate held
+        assert limiter.learner.state == held
