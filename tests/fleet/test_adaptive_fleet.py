@@ -355,3 +355,31 @@ class TestTheLearnedRateWhenRedisFailsOrLags:
             await limiter.aclose()
         assert slot.version == held.version  # sent under the rate held
         assert limiter.learner.state == held
+
+    async def test_a_fresh_start_that_loses_to_another_writer_overwrites_nothing(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        """A stranger's value, changed again between this process's read and its write."""
+        key = f"{prefix}rate:learned"
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        await admin.set(key, "not a state")
+        limiter = da.RedisRateLimiter(redis_server, requests_per_second="auto", key_prefix=prefix)
+        assert limiter.learner is not None
+        client = limiter._client()
+        read = client.get
+
+        async def read_then_changed(name: str) -> Any:
+            value = await read(name)
+            await admin.set(key, "another stranger")
+            return value
+
+        client.get = read_then_changed
+        try:
+            state = await limiter.learner.refresh()
+            after = await admin.get(key)
+        finally:
+            await admin.aclose()
+            await limiter.aclose()
+        assert after == b"another stranger"  # the compare-and-set lost: nothing written
+        assert state == limiter.learner.state
+        assert (state.rate, state.version) == (Aimd().initial, 1)  # this process starts afresh
