@@ -15,10 +15,13 @@ import redis.asyncio
 
 import dispatch_async as da
 from dispatch_async._adaptive import Aimd, RateState
+from dispatch_async._fleet import learned_rate
 from dispatch_async._throttle import Slot
 from dispatch_async.testing import FakeDispatchServer
+from tests.fleet.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+AN_HOUR = 3600.0
 
 
 async def workers(
@@ -237,3 +240,146 @@ def test_a_local_rate_for_failing_open_is_refused_with_auto() -> None:
         da.RedisRateLimiter(
             "redis://127.0.0.1:1/0", requests_per_second="auto", local_requests_per_second=5
         )
+
+
+class TestTheLearnedRateWhenRedisFailsOrLags:
+    async def test_before_anything_is_read_a_process_paces_at_the_starting_rate(self) -> None:
+        limiter = da.RedisRateLimiter("redis://127.0.0.1:1/0", requests_per_second="auto")
+        assert limiter.learner is not None
+        assert limiter.learner.current_rate == Aimd().initial
+
+    async def test_a_retry_after_redis_cannot_hold_is_logged_not_raised(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        limiter = da.RedisRateLimiter(
+            f"redis://127.0.0.1:{free_port()}/0", requests_per_second="auto"
+        )
+        assert limiter.learner is not None
+        try:
+            await limiter.learner.hold(5.0)
+        finally:
+            await limiter.aclose()
+        assert "the shared rate limit in Redis is unreachable (ConnectionError" in caplog.text
+
+    async def test_an_answer_neither_429_nor_200_changes_no_rate(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        old = RateState(40.0, 7, time.time() - 10, step=2.0, reason="decrease")  # due a rise
+        [limiter] = await TestCoordination().limiters(redis_server, prefix, old, count=1)
+        try:
+            await limiter.learner.answered(Slot(7, held=True), 500)
+        finally:
+            await limiter.aclose()
+        assert await stored(redis_server, prefix) == old
+
+    async def test_a_change_redis_refuses_to_store_is_logged_and_the_rate_kept(
+        self, redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        old = RateState(40.0, 7, time.time() - 10, step=2.0, reason="decrease")  # due a rise
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        await admin.set(f"{prefix}rate:learned", old.encode())
+        user = f"noeval-{prefix.rstrip(':')}"
+        await admin.execute_command(
+            "ACL", "SETUSER", user, "reset", "on", ">s3cret", f"~{prefix}*", "+get", "+time"
+        )
+        url = redis_server.replace("redis://", f"redis://{user}:s3cret@")
+        limiter = da.RedisRateLimiter(url, requests_per_second="auto", key_prefix=prefix)
+        assert limiter.learner is not None
+        try:
+            assert await limiter.learner.refresh() == old  # read with GET
+            await limiter.learner.answered(Slot(7, held=True), 200)  # written with EVAL
+        finally:
+            await limiter.aclose()
+            await admin.execute_command("ACL", "DELUSER", user)
+            await admin.aclose()
+        assert "unreachable (NoPermissionError" in caplog.text
+        assert limiter.learner.state == old
+        assert await stored(redis_server, prefix) == old
+
+    async def test_a_redis_that_will_not_be_read_is_an_outage_not_a_fresh_start(
+        self, redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        user = f"noget-{prefix.rstrip(':')}"
+        await admin.execute_command(
+            "ACL", "SETUSER", user, "reset", "on", ">s3cret", f"~{prefix}*", "+set"
+        )
+        url = redis_server.replace("redis://", f"redis://{user}:s3cret@")
+        limiter = da.RedisRateLimiter(url, requests_per_second="auto", key_prefix=prefix)
+        assert limiter.learner is not None
+        try:
+            state = await limiter.learner.refresh()
+            written = await admin.exists(f"{prefix}rate:learned")
+        finally:
+            await limiter.aclose()
+            await admin.execute_command("ACL", "DELUSER", user)
+            await admin.aclose()
+        assert "unreachable (NoPermissionError" in caplog.text
+        assert "was of another type" not in caplog.text
+        assert state.rate == Aimd().initial
+        assert not written
+
+    async def test_a_rate_older_than_the_one_held_is_not_adopted(
+        self, redis_server: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A reply that left Redis before a newer one this process already has."""
+        monkeypatch.setattr(learned_rate, "REFRESH", 0.0)  # read Redis at every refresh
+        newer = RateState(32.0, 8, time.time() - 5, step=2.0, reason="decrease")
+        older = RateState(40.0, 7, time.time() - 10, step=2.0, reason="increase")
+        [limiter] = await TestCoordination().limiters(redis_server, prefix, newer, count=1)
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        try:
+            await admin.set(f"{prefix}rate:learned", older.encode())
+            await limiter.learner.refresh()
+        finally:
+            await admin.aclose()
+            await limiter.aclose()
+        assert limiter.learner.state == newer
+
+    @pytest.mark.parametrize("meanwhile", ["deleted", "a stranger's value"])
+    async def test_a_turn_taken_while_the_learned_rate_is_gone_keeps_the_rate_held(
+        self, redis_server: str, prefix: str, meanwhile: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(learned_rate, "REFRESH", AN_HOUR)  # the copy held is fresh
+        held = RateState(40.0, 7, time.time() - 10, step=2.0, reason="decrease")
+        [limiter] = await TestCoordination().limiters(redis_server, prefix, held, count=1)
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        try:
+            if meanwhile == "deleted":
+                await admin.delete(f"{prefix}rate:learned")
+            else:
+                await admin.set(f"{prefix}rate:learned", "not a state")
+            slot = await limiter.learner.take()
+        finally:
+            await admin.aclose()
+            await limiter.aclose()
+        assert slot.version == held.version  # sent under the rate held
+        assert limiter.learner.state == held
+
+    async def test_a_fresh_start_that_loses_to_another_writer_overwrites_nothing(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        """A stranger's value, changed again between this process's read and its write."""
+        key = f"{prefix}rate:learned"
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        await admin.set(key, "not a state")
+        limiter = da.RedisRateLimiter(redis_server, requests_per_second="auto", key_prefix=prefix)
+        assert limiter.learner is not None
+        client = limiter._client()
+        read = client.get
+
+        async def read_then_changed(name: str) -> Any:
+            value = await read(name)
+            await admin.set(key, "another stranger")
+            return value
+
+        client.get = read_then_changed
+        try:
+            state = await limiter.learner.refresh()
+            after = await admin.get(key)
+        finally:
+            await admin.aclose()
+            await limiter.aclose()
+        assert after == b"another stranger"  # the compare-and-set lost: nothing written
+        assert state == limiter.learner.state
+        assert (state.rate, state.version) == (Aimd().initial, 1)  # this process starts afresh

@@ -8,6 +8,7 @@ entry over once it has been idle for ``--takeover-after`` seconds.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import signal
 import sys
@@ -16,15 +17,19 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import pytest
+import redis.exceptions as redis_exceptions
 
 from dispatch_async._adaptive import RateState
 from dispatch_async._cli.producer import Produced, enqueue
-from dispatch_async._cli.queue import JobKeys, connect
-from dispatch_async._cli.report import report
-from dispatch_async._cli.spec import InputSpec, Target
+from dispatch_async._cli.queue import JobKeys, connect, connected, ensure_group
+from dispatch_async._cli.report import report, run_enqueue
+from dispatch_async._cli.spec import Connection, InputSpec, Problem, Target
+from dispatch_async._cli.worker import Worker, WorkerConfig, run_queue_worker, run_worker
 from dispatch_async.testing import FakeDispatchServer
+from tests.conftest import HANG
 from tests.fleet.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -335,8 +340,6 @@ async def test_the_same_job_with_other_input_is_refused(
         chunk_size=5,
         key_prefix=prefix,
     )
-    from dispatch_async._cli.spec import Problem
-
     with pytest.raises(Problem, match="another target"):
         await enqueue(
             redis,
@@ -506,3 +509,157 @@ async def test_a_worker_learns_the_rate_no_higher_than_max_rate(
     learned = RateState.decode((await redis.get(f"{prefix}rate:learned")).decode())
     assert learned is not None
     assert learned.rate == 3  # it starts at 10/s and doubles, unbounded
+
+
+class TestTheReport:
+    async def test_an_output_it_cannot_write_is_a_usage_error(
+        self, redis: Any, redis_server: str, prefix: str, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "in.csv"
+        write_input(source)
+        await produce(redis_server, prefix, source, "out")
+        with pytest.raises(Problem, match="cannot write") as raised:
+            await report(redis, job="out", output=tmp_path, key_prefix=prefix)  # a directory
+        assert raised.value.exit_code == 2
+
+    @pytest.mark.parametrize("quiet", [False, True])
+    async def test_done_chunks_whose_records_are_gone_are_not_finished(
+        self, redis: Any, redis_server: str, prefix: str, tmp_path: Path, quiet: bool
+    ) -> None:
+        """Every chunk done, their records evicted: the waiting producer says so, exit 1."""
+        source = tmp_path / "in.csv"
+        write_input(source)
+        keys = JobKeys(prefix, "gone")
+        produced = await produce(redis_server, prefix, source, "gone")
+        await redis.hset(keys.state, mapping={str(i): b"done" for i in range(produced.chunks)})
+        err = io.StringIO()
+        code = await run_enqueue(
+            queue_url=redis_server, job="gone", target=Target("basic", text="hi"),
+            account=None, input_spec=InputSpec(str(source)), chunk_size=CHUNK,
+            key_prefix=prefix, output=tmp_path / "report.jsonl", quiet=quiet, err=err,
+        )  # fmt: skip
+        told = err.getvalue()
+        assert code == 1
+        assert "job gone is not finished: 60 input lines without a record" in told
+        assert ("job gone: 12/12 chunks done" in told) is not quiet
+        assert (tmp_path / "report.jsonl").read_bytes() == b""
+
+
+class TestTheQueuesRedis:
+    @pytest.mark.parametrize("prefix_given", ["", "a*:"])
+    async def test_a_key_prefix_that_cannot_confine_the_keys_is_refused(
+        self, redis: Any, prefix_given: str
+    ) -> None:
+        with pytest.raises(Problem, match="--key-prefix must be non-empty"):
+            await report(redis, job="j", output=None, key_prefix=prefix_given)
+
+    async def test_a_queue_url_that_is_not_redis_is_refused(self) -> None:
+        with pytest.raises(Problem, match="--queue must be a redis://"):
+            await connect("http://127.0.0.1:6379/0")
+
+    async def test_redis_failing_during_a_command_is_one_line_and_exit_1(
+        self, redis_server: str
+    ) -> None:
+        with pytest.raises(Problem, match="Redis failed: ResponseError") as raised:
+            async with connected(redis_server) as client:
+                await client.execute_command("NO-SUCH-COMMAND")
+        assert raised.value.exit_code == 1
+
+    async def test_a_stream_key_holding_something_else_is_an_error(
+        self, redis: Any, prefix: str
+    ) -> None:
+        await redis.set(f"{prefix}chunks", "not a stream")
+        with pytest.raises(redis_exceptions.ResponseError, match="WRONGTYPE"):
+            await ensure_group(redis, f"{prefix}chunks")
+
+
+def worker_config(redis_url: str, prefix: str, **connection: Any) -> WorkerConfig:
+    options = {"base_url": "http://127.0.0.1:1", "client_secret": SECRET, "account": "acme"}
+    return WorkerConfig(
+        queue_url=redis_url,
+        connection=Connection(**{**options, **connection}),
+        key_prefix=prefix,
+        burst=True,
+        poll_delay=0.05,
+    )
+
+
+class TestTheWorkerInProcess:
+    async def test_a_chunk_found_done_is_let_go_unsent(
+        self, redis: Any, redis_server: str, prefix: str, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "in.csv"
+        write_input(source)
+        await produce(redis_server, prefix, source, "over")
+        keys = JobKeys(prefix, "over")
+        await redis.hset(keys.state, "0", b"done")
+        [(entry, fields)] = await redis.xrange(keys.stream, count=1)
+        assert fields[b"chunk"] == b"0"
+        worker = Worker(worker_config(redis_server, prefix), redis)
+        assert await worker.send_chunk("over", 0, entry) == "already done"
+        assert await redis.xrange(keys.stream, entry, entry) == []
+        assert not await redis.hexists(keys.queued, "0")
+        assert not await redis.hexists(keys.out, "0")
+
+    async def test_refused_credentials_stop_each_chunk_and_record_it_not_sent(
+        self, redis: Any, redis_server: str, prefix: str, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "in.csv"
+        write_input(source)
+        await produce(redis_server, prefix, source, "refused")
+        async with FakeDispatchServer(client_secret=SECRET) as server:
+            config = worker_config(redis_server, prefix, base_url=server.url, client_secret="no")
+            async with asyncio.timeout(HANG):
+                await Worker(config, redis).run()  # --burst: until the queue is empty
+            stats = server.stats
+        output = tmp_path / "report.jsonl"
+        summary = await report(redis, job="refused", output=output, key_prefix=prefix)
+        records = read_report(output)
+        assert summary.complete
+        assert stats.dispatch_calls == 0
+        assert Counter(r["outcome"] for r in records) == {"not_sent": LINES - 1, "invalid": 1}
+        assert {r["error_type"] for r in records if r["outcome"] == "not_sent"} == {
+            "AuthenticationError"
+        }
+
+    async def test_without_the_services_address_or_secret_it_says_what_to_set(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        config = worker_config(redis_server, prefix, base_url=None)
+        with pytest.raises(Problem, match="the worker needs DISPATCH_BASE_URL"):
+            await run_worker(config)
+
+    async def test_a_rate_the_shared_limiter_refuses_is_a_usage_error(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        config = worker_config(redis_server, prefix, rate=5.0, max_rate=10.0)
+        with pytest.raises(Problem, match="max_requests_per_second") as raised:
+            await run_worker(config)
+        assert raised.value.exit_code == 2
+
+    async def test_a_queue_stream_it_cannot_use_is_one_line_exit_2(
+        self, redis: Any, redis_server: str, prefix: str
+    ) -> None:
+        await redis.set(f"{prefix}chunks", "not a stream")
+        config = worker_config(redis_server, prefix)
+        with pytest.raises(Problem, match=r"cannot use the Redis queue .*WRONGTYPE") as raised:
+            await run_queue_worker(config, verbose=0)
+        assert raised.value.exit_code == 2
+
+
+class TestMissingExtras:
+    async def test_a_queue_without_the_queue_extra_names_it(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "redis", None)
+        monkeypatch.setitem(sys.modules, "redis.asyncio", None)
+        with pytest.raises(Problem, match=r"dispatch-async\[queue\]"):
+            await connect("redis://127.0.0.1:6379/0")
+
+    async def test_metrics_without_the_prometheus_extra_names_it(
+        self, redis_server: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "prometheus_client", None)
+        config = attrs.evolve(worker_config(redis_server, prefix), metrics_port=free_port())
+        with pytest.raises(Problem, match=r"dispatch-async\[prometheus\]"):
+            await run_worker(config)

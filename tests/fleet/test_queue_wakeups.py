@@ -22,7 +22,9 @@ import pytest
 import redis.asyncio
 import redis.exceptions
 
-from dispatch_async._cli.queue import JobKeys, connect, stream_name
+from dispatch_async._cli import consumer as consumer_module
+from dispatch_async._cli.consumer import Consumer, Entry
+from dispatch_async._cli.queue import JobKeys, connect, ensure_group, stream_name
 from dispatch_async._cli.report import report
 from dispatch_async._cli.spec import Connection
 from dispatch_async._cli.waiting import wait_until_done
@@ -340,3 +342,354 @@ class TestAnythingWrittenToTheStreams:
                     await task
             await redis.aclose()
         assert progress[-1] == (CHUNKS, CHUNKS)
+
+
+# -- the consumer on its own: a handler of the test's, the real Redis ----------------
+
+
+class Handled:
+    """A handler that keeps what it is handed (`entries`, `seen` set after each)."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.entries: list[Entry] = []
+        self.seen = asyncio.Event()
+        self.fail = fail
+
+    async def __call__(self, entry: Entry) -> None:
+        self.entries.append(entry)
+        self.seen.set()
+        if self.fail is not None:
+            raise self.fail
+
+
+@contextlib.asynccontextmanager
+async def consuming(
+    client: Any, prefix: str, handle: Any, admin: Any = None, **options: Any
+) -> AsyncIterator[asyncio.Future[None]]:
+    """A `Consumer` of the stream under *prefix* running (yielded), stopped at the end once
+    its slots wait in Redis (stopped as a slot starts its read, it stops when the read's
+    block ends: up to 10 s)."""
+    settings = {"slots": 1, "takeover": 30.0, "poll": AN_HOUR, **options}
+    consumer = Consumer(client, stream_name(prefix), "test:1", handle, **settings)
+    admin = admin or client
+    before = await blocked_readers(admin)
+    running = asyncio.ensure_future(consumer.run())
+    try:
+        yield running
+    finally:
+        if not running.done():
+
+            async def idle() -> bool:
+                return await blocked_readers(admin) >= before + settings["slots"]
+
+            await until(idle, HANG, "the consumer's slots waiting for entries")
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+
+
+async def handed(handled: Handled, count: int = 1) -> None:
+    async with asyncio.timeout(HANG):
+        while len(handled.entries) < count:
+            handled.seen.clear()
+            await handled.seen.wait()
+
+
+class TestAnEntryWhoseHandlingFailed:
+    """It stays in the group, to be taken over later; the slot goes on with the next."""
+
+    @pytest.mark.parametrize(
+        ("error", "logged"),
+        [
+            (RuntimeError("a bug"), "entry {} failed; it is taken over later"),
+            (
+                redis.exceptions.ConnectionError("lost"),
+                "Redis failed while handling entry {}: lost",
+            ),
+        ],
+    )
+    async def test_it_is_logged_left_unacknowledged_and_the_next_entry_is_handled(
+        self,
+        redis_server: str,
+        prefix: str,
+        caplog: pytest.LogCaptureFixture,
+        error: BaseException,
+        logged: str,
+    ) -> None:
+        caplog.set_level(logging.WARNING, logger="dispatch_async")
+        client = await connect(redis_server)
+        handled = Handled(fail=error)
+        stream = stream_name(prefix)
+        try:
+            first = await client.xadd(stream, {"n": "1"})
+            second = await client.xadd(stream, {"n": "2"})
+            async with consuming(client, prefix, handled):
+                await handed(handled, 2)
+            pending = await client.xpending_range(stream, "workers", "-", "+", 10)
+        finally:
+            await client.aclose()
+        assert [e[0] for e in handled.entries] == [first, second]
+        assert logged.format(first.decode()) in caplog.text
+        assert sorted(p["message_id"] for p in pending) == [first, second]  # not acknowledged
+
+
+@contextlib.asynccontextmanager
+async def user_without(redis_server: str, prefix: str, *commands: str) -> AsyncIterator[str]:
+    """The URL of a Redis user with the guide's queue ACL less *commands* (yielded)."""
+    admin = redis.asyncio.Redis.from_url(redis_server)
+    user = f"fleet-{prefix.rstrip(':')}"
+    rules = [
+        w.replace("acme-dispatch:", prefix).replace("PASSWORD", "s3cret")
+        for w in documented_queue_acl()[1:]
+        if w not in commands
+    ]
+    await admin.execute_command("ACL", "SETUSER", user, "reset", *rules)
+    try:
+        yield redis_server.replace("redis://", f"redis://{user}:s3cret@")
+    finally:
+        await admin.execute_command("ACL", "DELUSER", user)
+        await admin.aclose()
+
+
+class TestRedisFailingUnderTheConsumer:
+    async def test_a_group_redis_lost_is_created_again_and_entries_still_arrive(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        """A Redis restarted without persistence has no group: the slot makes it again."""
+        client = await connect(redis_server)
+        handled = Handled()
+        stream = stream_name(prefix)
+        try:
+            async with consuming(client, prefix, handled):
+                first = await client.xadd(stream, {"n": "1"})  # handled, never acknowledged
+                await handed(handled)
+                await client.xgroup_destroy(stream, "workers")  # the slot's read fails
+                second = await client.xadd(stream, {"n": "2"})
+
+                async def grouped() -> bool:
+                    return bool(await client.xinfo_groups(stream))
+
+                await until(grouped, HANG, "the group created again")
+                third = await client.xadd(stream, {"n": "3"})
+                await handed(handled, 4)
+        finally:
+            await client.aclose()
+        # The new group starts at the stream's first entry: nothing in the stream is missed.
+        assert [e[0] for e in handled.entries] == [first, first, second, third]
+
+    async def test_a_refusing_redis_is_logged_and_tried_again_until_it_answers(
+        self,
+        redis_server: str,
+        prefix: str,
+        caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        caplog.set_level(logging.WARNING, logger="dispatch_async")
+        monkeypatch.setattr(consumer_module, "_RETRY_AFTER", 0.01)
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        handled = Handled()
+        async with user_without(redis_server, prefix, "+xreadgroup") as url:
+            client = await connect(url)
+            try:
+                async with consuming(client, prefix, handled, admin):
+
+                    async def refused() -> bool:
+                        return "NoPermissionError" in caplog.text
+
+                    await until(refused, HANG, "the refusal logged")
+                    user = url.split("//")[1].split(":")[0]
+                    await admin.execute_command("ACL", "SETUSER", user, "+xreadgroup")
+                    entry = await client.xadd(stream_name(prefix), {"n": "1"})
+                    await handed(handled)
+            finally:
+                await client.aclose()
+                await admin.aclose()
+        assert handled.entries[0][0] == entry
+        assert "Redis failed: NoPermissionError" in caplog.text
+        assert "trying again" in caplog.text
+
+    async def test_a_failed_heartbeat_is_logged_and_the_entry_still_handled(
+        self, redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        caplog.set_level(logging.DEBUG, logger="dispatch_async")
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        handled = Handled()
+        release = asyncio.Event()
+
+        async def holding(entry: Entry) -> None:
+            await handled(entry)
+            await release.wait()
+
+        async with user_without(redis_server, prefix, "+xclaim") as url:
+            client = await connect(url)
+            try:
+                async with consuming(client, prefix, holding, admin, takeover=0.04):
+                    await client.xadd(stream_name(prefix), {"n": "1"})
+                    await handed(handled)
+
+                    async def beat_failed() -> bool:
+                        return "heartbeat failed: NoPermissionError" in caplog.text
+
+                    await until(beat_failed, HANG, "the heartbeat's failure logged")
+                    release.set()
+                    second = await client.xadd(stream_name(prefix), {"n": "2"})
+                    await handed(handled, 2)
+            finally:
+                await client.aclose()
+                await admin.aclose()
+        assert handled.entries[1][0] == second
+        levels = {r.levelname for r in caplog.records if "heartbeat failed" in r.getMessage()}
+        assert levels == {"DEBUG"}  # it is tried again at the next beat
+
+    async def test_a_burst_run_ends_with_the_error_of_a_refusing_redis(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        async with user_without(redis_server, prefix, "+xreadgroup") as url:
+            client = await connect(url)
+            try:
+                consumer = Consumer(
+                    client, stream_name(prefix), "test:1", Handled(), slots=1, takeover=30.0,
+                    poll=AN_HOUR, burst=True,
+                )  # fmt: skip
+                with pytest.raises(ExceptionGroup) as raised:
+                    async with asyncio.timeout(HANG):
+                        await consumer.run()
+            finally:
+                await client.aclose()
+        assert raised.group_contains(redis.exceptions.NoPermissionError)
+
+
+async def held_by(
+    client: Any, stream: str, consumer: str, count: int, idle_ms: int = 0
+) -> list[bytes]:
+    """*count* new entries, read by *consumer* (another worker) *idle_ms* ago."""
+    await ensure_group(client, stream)
+    async with client.pipeline(transaction=False) as pipe:
+        for n in range(count):
+            pipe.xadd(stream, {"n": str(n)})
+        ids: list[bytes] = await pipe.execute()
+    await client.xreadgroup("workers", consumer, {stream: ">"}, count=count)
+    if idle_ms:
+        await client.xclaim(stream, "workers", consumer, 0, ids, idle=idle_ms, justid=True)
+    return ids
+
+
+class TestTakingOverFromAWorkerGoneQuiet:
+    async def test_an_entry_behind_more_live_ones_than_one_look_reaches_is_taken_over(
+        self, redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """XAUTOCLAIM looks at 10 entries a call for one free slot: the look goes on."""
+        caplog.set_level(logging.WARNING, logger="dispatch_async")
+        client = await connect(redis_server)
+        stream = stream_name(prefix)
+        handled = Handled()
+        try:
+            live = await held_by(client, stream, "live:1", 15)
+            [dead] = await held_by(client, stream, "dead:1", 1, idle_ms=3_600_000)
+            async with consuming(client, prefix, handled):
+                await handed(handled)
+            pending = await client.xpending_range(stream, "workers", "-", "+", 100)
+        finally:
+            await client.aclose()
+        assert [e[0] for e in handled.entries] == [dead]
+        assert f"took over entry {dead.decode()}" in caplog.text
+        assert {p["message_id"] for p in pending if p["consumer"] == b"live:1"} == set(live)
+
+    async def test_a_look_among_many_live_entries_ends_and_new_entries_are_read(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        client = await connect(redis_server)
+        stream = stream_name(prefix)
+        handled = Handled()
+        looks = 0
+        autoclaim = client.xautoclaim
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal looks
+            looks += 1
+            return await autoclaim(*args, **kwargs)
+
+        client.xautoclaim = counted
+        try:
+            await held_by(client, stream, "live:1", 150)  # 10 calls look at 100 of them
+            async with consuming(client, prefix, handled):
+                entry = await client.xadd(stream, {"n": "new"})
+                await handed(handled)
+        finally:
+            await client.aclose()
+        assert [e[0] for e in handled.entries] == [entry]
+        assert looks == consumer_module._SCANS  # one look, of a bounded number of calls
+
+
+class TestStoppingWhenTheCancellationIsSwallowed:
+    """redis-py may swallow a cancellation (3.11's ``wait_for``, when the command ends as
+    it comes), as may a handler: the consumer still stops, not at its next read's end."""
+
+    async def test_a_slot_whose_handler_swallowed_it_stops(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        started = asyncio.Event()
+
+        async def swallowing(entry: Entry) -> None:
+            started.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+
+        client = await connect(redis_server)
+        consumer = Consumer(
+            client, stream_name(prefix), "test:1", swallowing, slots=1, takeover=30.0, poll=AN_HOUR
+        )
+        running = asyncio.ensure_future(consumer.run())
+        try:
+            await client.xadd(stream_name(prefix), {"n": "1"})
+            async with asyncio.timeout(HANG):
+                await started.wait()
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                async with asyncio.timeout(HANG):  # not another read of up to 10 s, in a loop
+                    await running
+        finally:
+            running.cancel()
+            await client.aclose()
+
+    async def test_a_heartbeat_whose_command_swallowed_it_stops(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        client = await connect(redis_server)
+        xclaim = client.xclaim
+        stopping = False
+        inside = asyncio.Event()
+
+        async def swallowing_at_stop(*args: Any, **kwargs: Any) -> Any:
+            if not stopping:
+                return await xclaim(*args, **kwargs)
+            inside.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                return []
+
+        client.xclaim = swallowing_at_stop
+        handled = Handled()
+
+        async def holding(entry: Entry) -> None:
+            await handled(entry)
+            await asyncio.Event().wait()  # cancelled with the slot
+
+        consumer = Consumer(
+            client, stream_name(prefix), "test:1", holding, slots=1, takeover=0.04, poll=AN_HOUR
+        )
+        running = asyncio.ensure_future(consumer.run())
+        try:
+            await client.xadd(stream_name(prefix), {"n": "1"})
+            await handed(handled)
+            stopping = True
+            async with asyncio.timeout(HANG):
+                await inside.wait()  # the heartbeat is in its command
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                async with asyncio.timeout(HANG):
+                    await running
+        finally:
+            running.cancel()
+            await client.aclose()

@@ -189,6 +189,22 @@ class TestOneProcessCannotStallTheFleet:
         assert await lead(admin, key) < 2
         assert caplog.text.count(f"{key} ") == 1  # repaired, and said so once
 
+    async def test_a_key_planted_again_is_reset_again_and_said_once(
+        self, redis_server: str, prefix: str, admin: Any, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        caplog.set_level(logging.WARNING, logger="dispatch_async")
+        key = schedule_key(prefix, 10)
+        (limiter,) = limiters(redis_server, prefix, 10, 1)
+        try:
+            async with asyncio.timeout(HANG):
+                for _ in range(2):
+                    await admin.set(key, "soon")
+                    await limiter.acquire()
+                    assert await admin.get(key) != b"soon"  # reset each time
+        finally:
+            await limiter.aclose()
+        assert caplog.text.count(f"{key} ") == 1  # once per process, not per reset
+
     async def test_a_learned_rate_key_of_another_type_is_replaced(
         self, redis_server: str, prefix: str, admin: Any, caplog: pytest.LogCaptureFixture
     ) -> None:

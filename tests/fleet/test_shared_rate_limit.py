@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import pytest
 import redis.asyncio
 
 import dispatch_async as da
+from dispatch_async._adaptive import Aimd
 from dispatch_async._fleet.schedule import Schedule
 from dispatch_async.testing import FakeDispatchServer
 from tests.conftest import SECRET, numbers, session_for
 from tests.fleet.conftest import free_port
+from tests.fleet.test_queue import until
 
 
 async def test_limiters_sharing_a_prefix_share_one_budget(redis_server: str, prefix: str) -> None:
@@ -135,3 +138,68 @@ async def test_the_schedule_keeps_exact_time_at_thousands_a_second(
     assert all(turn.reserved for turn in turns)
     # (Doubles near the epoch still round each step by a fraction of a microsecond.)
     assert end - start == pytest.approx(200 * gap, rel=1e-3)
+
+
+class TestItsSettings:
+    @pytest.mark.parametrize(
+        ("options", "refused"),
+        [
+            ({"requests_per_second": 5, "on_redis_error": "ignore"}, "on_redis_error"),
+            ({"requests_per_second": 5, "max_requests_per_second": 10}, '"auto"'),
+            ({"requests_per_second": 5, "local_requests_per_second": -1}, "local_requests"),
+        ],
+    )
+    def test_a_bad_setting_is_refused_naming_it(
+        self, options: dict[str, Any], refused: str
+    ) -> None:
+        with pytest.raises(da.ConfigurationError, match=refused):
+            da.RedisRateLimiter("redis://127.0.0.1:1/0", **options)
+
+    async def test_a_fixed_rate_is_its_rate_and_closing_it_unused_connects_nothing(self) -> None:
+        limiter = da.RedisRateLimiter(f"redis://127.0.0.1:{free_port()}/0", requests_per_second=5)
+        assert limiter.requests_per_second == 5.0
+        await limiter.aclose()  # nothing listens there: no connection is made
+
+
+class TestARedisThatRefusesAndComesBack:
+    async def test_the_limit_says_when_redis_is_back_and_sends_again(
+        self, redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        caplog.set_level(logging.WARNING, logger="dispatch_async")
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        user = f"rate-{prefix.rstrip(':')}"
+        await admin.execute_command(
+            "ACL", "SETUSER", user, "reset", "on", ">s3cret", f"~{prefix}*", "+get", "+time"
+        )
+        url = redis_server.replace("redis://", f"redis://{user}:s3cret@")
+        limiter = da.RedisRateLimiter(url, requests_per_second=100, key_prefix=prefix)
+        try:
+            acquiring = asyncio.ensure_future(limiter.acquire())
+
+            async def refused() -> bool:
+                return "unreachable" in caplog.text  # the limit waits, failing closed
+
+            await until(refused, 30, "the refusal logged")
+            assert not acquiring.done()
+            await admin.execute_command("ACL", "SETUSER", user, "+@all")
+            async with asyncio.timeout(30):
+                await acquiring
+        finally:
+            await limiter.aclose()
+            await admin.execute_command("ACL", "DELUSER", user)
+            await admin.aclose()
+        assert "(NoPermissionError" in caplog.text
+        assert "the shared rate limit in Redis is reachable again" in caplog.text
+
+    async def test_a_learned_rate_failing_open_paces_each_process_at_its_last_rate(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        limiter = da.RedisRateLimiter(
+            f"redis://127.0.0.1:{free_port()}/0", requests_per_second="auto", on_redis_error="open"
+        )
+        try:
+            await asyncio.wait_for(asyncio.gather(*(limiter.acquire() for _ in range(3))), 30)
+        finally:
+            await limiter.aclose()
+        assert limiter.requests_per_second == Aimd().initial  # nothing learned: the start
+        assert caplog.text.count("sending at a per-process rate") == 1

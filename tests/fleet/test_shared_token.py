@@ -15,10 +15,11 @@ import pytest
 import redis.asyncio
 
 import dispatch_async as da
-from dispatch_async._token_store import StoredToken
+from dispatch_async._token_store import StoredToken, TokenStoreUnavailable
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.conftest import SECRET, numbers, session_for
 from tests.fleet.conftest import free_port
+from tests.fleet.test_queue import until
 
 
 @pytest.fixture
@@ -161,6 +162,11 @@ def test_repr_shows_the_url_without_its_password() -> None:
     assert "hunter2" not in repr(limiter)
 
 
+def test_repr_masks_the_password_of_a_url_without_a_port() -> None:
+    store = da.RedisTokenStore("redis://:hunter2@redis.internal/0")
+    assert "'redis://:***@redis.internal/0'" in repr(store)
+
+
 def test_missing_redis_extra_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "redis", None)
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)
@@ -243,3 +249,73 @@ async def test_hooks_hear_a_token_fetched_by_one_session_and_adopted_by_another(
     assert [event.source for event in heard] == ["fetched", "adopted"]
     assert server.stats.token_calls == 1
     assert heard[1].lifetime == pytest.approx(heard[0].lifetime, abs=1)
+
+
+class TestTheStoreWhenRedisFails:
+    """Each failure is a `TokenStoreUnavailable` naming the error, or a warning: never the
+    token, never a crash of the refresh."""
+
+    async def test_saving_to_an_unreachable_redis_is_unavailable(self) -> None:
+        store = da.RedisTokenStore(f"redis://:hunter2@127.0.0.1:{free_port()}/0")
+        try:
+            with pytest.raises(TokenStoreUnavailable, match="ConnectionError") as raised:
+                await store.save(StoredToken("tok-secret-value", time.time(), 60), 60)
+        finally:
+            await store.aclose()
+        assert "tok-secret-value" not in str(raised.value)
+        assert "hunter2" not in str(raised.value)
+
+    async def test_taking_the_lock_on_an_unreachable_redis_is_unavailable(self) -> None:
+        store = da.RedisTokenStore(f"redis://127.0.0.1:{free_port()}/0")
+        try:
+            with pytest.raises(TokenStoreUnavailable, match="ConnectionError"):
+                async with store.lock(wait=0.1):
+                    pytest.fail("entered a lock Redis never gave")
+        finally:
+            await store.aclose()
+
+    async def test_a_lock_lost_while_held_is_said_and_not_released_as_if_held(
+        self, redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Its key deleted (evicted, a Redis restarted) while a slow fetch holds it."""
+        caplog.set_level(logging.WARNING, logger="dispatch_async")
+        store = da.RedisTokenStore(redis_server, key_prefix=prefix, lock_timeout=0.3)
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        try:
+            async with store.lock(wait=1.0) as held:
+                assert held
+                await admin.delete(f"{prefix}token:lock")
+                taken = await admin.set(f"{prefix}token:lock", "another", nx=True, px=5000)
+
+                async def not_kept() -> bool:  # the renewal is every 0.1 s
+                    return "could not keep the token refresh lock" in caplog.text
+
+                await until(not_kept, 30, "the lost lock said")
+            assert await admin.get(f"{prefix}token:lock") == b"another"  # not released
+        finally:
+            await admin.aclose()
+            await store.aclose()
+        assert taken
+        assert "the token refresh lock expired before it was released" in caplog.text
+
+    async def test_a_lock_redis_will_not_release_is_said_and_left_to_expire(
+        self, redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        caplog.set_level(logging.WARNING, logger="dispatch_async")
+        admin = redis.asyncio.Redis.from_url(redis_server)
+        user = f"nolua-{prefix.rstrip(':')}"
+        await admin.execute_command(
+            "ACL", "SETUSER", user, "reset", "on", ">s3cret", f"~{prefix}*", "+get", "+set"
+        )
+        url = redis_server.replace("redis://", f"redis://{user}:s3cret@")
+        store = da.RedisTokenStore(url, key_prefix=prefix, lock_timeout=5)
+        try:
+            async with store.lock(wait=1.0) as held:
+                assert held
+            ttl = await admin.pttl(f"{prefix}token:lock")
+        finally:
+            await store.aclose()
+            await admin.execute_command("ACL", "DELUSER", user)
+            await admin.aclose()
+        assert "could not release the token refresh lock (NoPermissionError" in caplog.text
+        assert 0 < ttl <= 5000  # it expires by itself
