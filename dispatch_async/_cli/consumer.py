@@ -81,6 +81,10 @@ class Consumer:
             async with asyncio.TaskGroup() as slots:
                 for _ in range(self.slots):
                     slots.create_task(self._slot())
+        except* redis_errors() as failed:
+            # A burst run's slots end on Redis's first error: the run ends with it, as a
+            # command would, not with a group of every slot's copy of it.
+            raise failed.exceptions[0] from None
         finally:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -91,7 +95,9 @@ class Consumer:
             try:
                 await self._handle(entry)
             except redis_errors() as exc:
-                if self.burst or self._stopping():
+                if self._stopping():  # the command was cut by the stop, not by Redis
+                    raise asyncio.CancelledError from None
+                if self.burst:
                     raise
                 log.warning("Redis failed while handling entry %s: %s", entry[0].decode(), exc)
             except Exception:
@@ -127,7 +133,9 @@ class Consumer:
                 if self.burst and await self.redis.xlen(self.stream) == 0:
                     return None
             except redis_errors() as exc:
-                if self.burst or self._stopping():
+                if self._stopping():  # the command was cut by the stop, not by Redis
+                    raise asyncio.CancelledError from None
+                if self.burst:
                     raise
                 if "NOGROUP" in str(exc):
                     # Redis lost the group (restarted without persistence).
@@ -187,8 +195,8 @@ class Consumer:
                     self.stream, GROUP, self.name, 0, list(self._held), justid=True
                 )
             except redis_errors() as exc:
-                if self._stopping():
-                    raise
+                if self._stopping():  # the command was cut by the stop, not by Redis
+                    raise asyncio.CancelledError from None
                 log.debug("heartbeat failed: %s", type(exc).__name__)
 
 

@@ -111,7 +111,11 @@ class RedisRateLimiter:
                 'local_requests_per_second is for a fixed rate: with "auto", a process '
                 "failing open keeps the rate last learned"
             )
-        local = local_requests_per_second or self._fixed or Aimd().initial
+        local = (
+            local_requests_per_second
+            if local_requests_per_second is not None
+            else self._fixed or Aimd().initial
+        )
         if not local > 0:
             raise ConfigurationError("local_requests_per_second must be a positive number")
         self.local_requests_per_second = float(local)

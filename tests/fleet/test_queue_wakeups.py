@@ -26,11 +26,20 @@ from dispatch_async._cli import consumer as consumer_module
 from dispatch_async._cli.consumer import Consumer, Entry
 from dispatch_async._cli.queue import JobKeys, connect, ensure_group, stream_name
 from dispatch_async._cli.report import report
-from dispatch_async._cli.spec import Connection
+from dispatch_async._cli.spec import Connection, Problem
 from dispatch_async._cli.waiting import wait_until_done
-from dispatch_async._cli.worker import Worker, WorkerConfig
+from dispatch_async._cli.worker import Worker, WorkerConfig, run_queue_worker
 from dispatch_async.testing import FakeDispatchServer
-from tests.fleet.test_queue import CHUNK, LINES, SECRET, produce, read_report, until, write_input
+from tests.fleet.test_queue import (
+    CHUNK,
+    LINES,
+    SECRET,
+    produce,
+    read_report,
+    until,
+    worker_config,
+    write_input,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHUNKS = LINES // CHUNK
@@ -551,12 +560,25 @@ class TestRedisFailingUnderTheConsumer:
                     client, stream_name(prefix), "test:1", Handled(), slots=1, takeover=30.0,
                     poll=AN_HOUR, burst=True,
                 )  # fmt: skip
-                with pytest.raises(ExceptionGroup) as raised:
+                with pytest.raises(redis.exceptions.NoPermissionError):  # not in a group
                     async with asyncio.timeout(HANG):
                         await consumer.run()
             finally:
                 await client.aclose()
-        assert raised.group_contains(redis.exceptions.NoPermissionError)
+
+    async def test_a_burst_worker_whose_redis_refuses_a_read_exits_2_with_one_line(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        async with user_without(redis_server, prefix, "+xreadgroup") as url:
+            with pytest.raises(Problem) as raised:
+                async with asyncio.timeout(HANG):
+                    await run_queue_worker(worker_config(url, prefix), verbose=0)
+        assert raised.value.exit_code == 2
+        assert re.fullmatch(
+            r"cannot use the Redis queue redis://127\.0\.0\.1:\d+/0: "
+            r"NoPermissionError: .*xreadgroup.*",
+            str(raised.value),
+        ), str(raised.value)
 
 
 async def held_by(
@@ -652,9 +674,12 @@ class TestStoppingWhenTheCancellationIsSwallowed:
             running.cancel()
             await client.aclose()
 
+    @pytest.mark.parametrize("turned_into", [None, "ConnectionError"])
     async def test_a_heartbeat_whose_command_swallowed_it_stops(
-        self, redis_server: str, prefix: str
+        self, redis_server: str, prefix: str, turned_into: str | None
     ) -> None:
+        # Swallowed: the command returns; turned into: redis-py raises its own error for
+        # a connection it cut (a stop, not an unreachable Redis).
         client = await connect(redis_server)
         xclaim = client.xclaim
         stopping = False
@@ -667,6 +692,8 @@ class TestStoppingWhenTheCancellationIsSwallowed:
             try:
                 await asyncio.Event().wait()
             except asyncio.CancelledError:
+                if turned_into is not None:
+                    raise getattr(redis.exceptions, turned_into)("cut") from None
                 return []
 
         client.xclaim = swallowing_at_stop

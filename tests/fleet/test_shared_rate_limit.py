@@ -147,6 +147,7 @@ class TestItsSettings:
             ({"requests_per_second": 5, "on_redis_error": "ignore"}, "on_redis_error"),
             ({"requests_per_second": 5, "max_requests_per_second": 10}, '"auto"'),
             ({"requests_per_second": 5, "local_requests_per_second": -1}, "local_requests"),
+            ({"requests_per_second": 5, "local_requests_per_second": 0}, "local_requests"),
         ],
     )
     def test_a_bad_setting_is_refused_naming_it(
