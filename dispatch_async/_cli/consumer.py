@@ -175,6 +175,8 @@ class Consumer:
             for entry in entries:
                 if entry[1] is None:  # pragma: no cover - Redis 6.2 lists an entry deleted
                     continue  # meanwhile so (7 and later leave it out)
+                if entry[0] in self._held:
+                    continue  # a slot here still handles it: its heartbeat was late
                 log.warning("took over entry %s from a worker gone quiet", entry[0].decode())
                 self._held.add(entry[0])
                 self._claimed.append(entry)

@@ -643,6 +643,48 @@ class TestTakingOverFromAWorkerGoneQuiet:
         assert looks == consumer_module._SCANS  # one look, of a bounded number of calls
 
 
+    async def test_an_entry_this_worker_still_handles_is_not_taken_over_by_its_other_slot(
+        self, redis_server: str, prefix: str
+    ) -> None:
+        """A heartbeat late past the takeover time (a blocked loop) leaves an entry idle
+        in Redis while a slot of this very worker still handles it."""
+        client = await connect(redis_server)
+        stream = stream_name(prefix)
+        handled = Handled()
+        looked = asyncio.Event()
+        autoclaim = client.xautoclaim
+
+        async def signalled(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await autoclaim(*args, **kwargs)
+            finally:
+                looked.set()
+
+        async def holding(entry: Entry) -> None:
+            await handled(entry)
+            if len(handled.entries) == 1:
+                await asyncio.Event().wait()  # cancelled with the slot
+
+        client.xautoclaim = signalled
+        # Its free slot looks for entries to take over every 10 ms (poll).
+        consumer = Consumer(client, stream, "test:1", holding, slots=2, takeover=30.0, poll=0.01)
+        running = asyncio.ensure_future(consumer.run())
+        try:
+            entry = await client.xadd(stream, {"n": "1"})
+            await handed(handled)
+            await client.xclaim(stream, "workers", "test:1", 0, [entry], idle=3_600_000)
+            for _ in range(2):  # a look after the idle time was set, and one more
+                looked.clear()
+                async with asyncio.timeout(HANG):
+                    await looked.wait()
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+            await client.aclose()
+        assert [e[0] for e in handled.entries] == [entry]
+
+
 class TestStoppingWhenTheCancellationIsSwallowed:
     """redis-py may swallow a cancellation (3.11's ``wait_for``, when the command ends as
     it comes), as may a handler: the consumer still stops, not at its next read's end."""
