@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import io
 import json
 import os
 import pty
@@ -16,6 +17,7 @@ import re
 import signal
 import socket
 import struct
+import sys
 import termios
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -26,7 +28,18 @@ import aiohttp
 import attrs
 import pytest
 
+import dispatch_async as da
 from dispatch_async import DispatchSession, RateLimitedError, RetryPolicy
+from dispatch_async._cli.input import (
+    InputProblem,
+    count_lines,
+    is_regular_file,
+    line_bound,
+    open_rows,
+)
+from dispatch_async._cli.records import part_records
+from dispatch_async._cli.rows import Row
+from dispatch_async._models import invalid_messages, valid_messages
 from dispatch_async.testing import FakeDispatchServer, Fault, argument_parser
 from tests.cli_helpers import (
     COMMAND,
@@ -170,6 +183,73 @@ class TestInput:
         assert run.code == 0, run.stderr
         assert by_line(out)[3]["detail"] == "expected 2 fields, found 3"
         assert server.stats.received == Counter(good)
+
+
+class TestJsonlRowProblems:
+    """In-process: each JSONL line that cannot be a recipient says why, in its record."""
+
+    def problems(self, tmp_path: Path, *lines: str) -> list[str | None]:
+        source = tmp_path / "rows.jsonl"
+        source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        rows = open_rows(str(source))
+        try:
+            return [row.problem for row in rows]
+        finally:
+            rows.close()
+
+    def test_each_wrong_field_is_named_with_the_json_kind_found(self, tmp_path: Path) -> None:
+        assert self.problems(
+            tmp_path,
+            '{"number": "  "}',
+            '{"number": "+5511987654321", "name": "Ana"}',
+            '{"number": "+5511987654321", "vars": ["Ana"]}',
+            '{"number": "+5511987654321", "vars": {"name": null}}',
+            '{"number": "+5511987654321", "vars": {"name": true}}',
+            '{"number": "+5511987654321", "vars": {"name": {"first": "Ana"}}}',
+            '{"number": 5511987654321}',
+            '"+5511987654321"',
+            '{"number": "+5511987654321", "vars": null}',
+        ) == [
+            "'number' is empty",
+            "unknown field 'name': a row has number and vars",
+            "'vars' must be an object, not an array",
+            "vars['name'] must be a string, not null",
+            "vars['name'] must be a string, not a boolean",
+            "vars['name'] must be a string, not an object",
+            "'number' must be a string, not a number",
+            "expected a JSON object, found a string",
+            None,
+        ]
+
+    def test_stdin_is_left_open_when_its_header_is_refused(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        stdin = io.TextIOWrapper(io.BytesIO(b"name,phone\nAna,+5511987654321\n"))
+        monkeypatch.setattr(sys, "stdin", stdin)
+        with pytest.raises(InputProblem, match="number"):
+            open_rows("-", "csv")
+        assert not stdin.buffer.closed
+
+
+class TestLineCountsOfWhatIsNotAFile:
+    """In-process: the progress total and the bound on line numbers a path allows."""
+
+    def test_a_missing_path_has_no_line_count_and_the_bound_of_a_pipe(self, tmp_path: Path) -> None:
+        missing = str(tmp_path / "gone.csv")
+        assert not is_regular_file(missing)
+        assert count_lines(missing) is None
+        assert line_bound(missing) == line_bound("-") > 10**8
+
+    def test_a_regular_file_that_fails_to_read_has_no_line_count(self) -> None:
+        # /proc/self/mem is a regular file whose read at offset 0 fails (EIO).
+        assert is_regular_file("/proc/self/mem")
+        assert count_lines("/proc/self/mem") is None
+
+    def test_a_file_counts_its_last_line_without_a_newline(self, tmp_path: Path) -> None:
+        source = tmp_path / "c.csv"
+        source.write_bytes(b"number\n+5511987654321\n+5511987654322")
+        assert count_lines(str(source)) == 3
+        assert line_bound(str(source)) == source.stat().st_size + 1
 
 
 # -- what goes on the wire ----------------------------------------------------------
@@ -514,6 +594,98 @@ def _drain(fd: int) -> str:
             break
         chunks.append(chunk)
     return b"".join(chunks).decode(errors="replace")
+
+
+def _row(line: int, number: str) -> Row:
+    return Row(line, number, {"number": number, "vars": {}})
+
+
+def _failed(number: str, position: int, error: da.DispatchError) -> da.FailedRecipient:
+    return da.FailedRecipient(da.Recipient(number), error, bool(error.maybe_sent), position)
+
+
+class TestRecordsOfAPart:
+    """In-process: ``part_records`` turns one chunk's result into one record per row."""
+
+    def test_a_number_on_several_rows_is_matched_to_its_rows_in_input_order(self) -> None:
+        one, two = numbers(2)
+        rows = [_row(2, one), _row(3, two), _row(4, one), _row(5, one)]
+        part = da.DispatchResult(
+            range(4),
+            valid=[da.ValidMessage("id-a", one, 0), da.ValidMessage("id-b", one, 2)],
+            invalid=[da.InvalidMessage(two, "blocked", 1)],
+            failed=[_failed(one, 3, da.TransportError("reset", maybe_sent=False))],
+        )
+        found, counts = part_records(rows, part)
+        by = {r["line"]: r for r in map(json.loads, found)}
+        assert (by[2]["id"], by[4]["id"]) == ("id-a", "id-b")
+        assert by[3] == {"line": 3, "number": two, "outcome": "invalid", "reason": "blocked"}
+        assert by[5] == {
+            "line": 5, "number": one, "outcome": "not_sent",
+            "error": "reset", "error_type": "TransportError",
+        }  # fmt: skip
+        assert counts == Counter(sent=2, invalid=1, not_sent=1)
+
+    def test_outcomes_as_plain_lists_give_the_records_the_columns_give(self) -> None:
+        one, two = numbers(2)
+        rows = [_row(7, one), _row(9, two)]
+        columns = da.DispatchResult(
+            range(2),
+            valid=valid_messages(["id-a"], [one], [0]),
+            invalid=invalid_messages([two], ["blocked"], [1]),
+        )
+        lists = attrs.evolve(columns, valid=list(columns.valid), invalid=list(columns.invalid))
+        assert part_records(rows, lists) == part_records(rows, columns)
+        assert part_records(rows, columns)[1] == Counter(sent=1, invalid=1)
+
+    def test_a_row_the_result_does_not_mention_is_maybe_sent_and_a_stranger_is_dropped(
+        self,
+    ) -> None:
+        one, two, stranger = numbers(3)
+        rows = [_row(2, one), _row(3, two)]
+        accepted = valid_messages(["id-a", "id-x"], [one, stranger], [0, 1])
+        parts = [
+            da.DispatchResult(range(2), valid=accepted),
+            da.DispatchResult(
+                range(2),
+                valid=accepted,
+                invalid=invalid_messages([stranger], ["blocked"], [1]),
+            ),
+            da.DispatchResult(
+                range(2),
+                valid=accepted,
+                failed=[_failed(stranger, 1, da.TransportError("reset", maybe_sent=False))],
+            ),
+        ]
+        for part in parts:
+            found, counts = part_records(rows, part, since="2026-11-27T16:00:00+00:00")
+            by = {r["line"]: r for r in map(json.loads, found)}
+            assert sorted(by) == [2, 3]
+            assert by[2]["id"] == "id-a"
+            assert by[3] == {
+                "line": 3, "number": two, "outcome": "maybe_sent",
+                "error": "the SDK gave no outcome for this row", "error_type": "Interrupted",
+                "since": "2026-11-27T16:00:00+00:00",
+            }  # fmt: skip
+            assert counts == Counter(sent=1, maybe_sent=1)
+
+    def test_a_failure_is_named_by_its_error_unless_explained_and_reported_when_asked(
+        self,
+    ) -> None:
+        (one,) = numbers(1)
+        part = da.DispatchResult(
+            range(1), failed=[_failed(one, 0, da.TransportError("reset", maybe_sent=True))]
+        )
+        [plain], _ = part_records([_row(2, one)], part)
+        assert json.loads(plain)["error"] == "reset"
+        assert json.loads(plain)["error_type"] == "TransportError"
+        failures: list[tuple[int, bool, str, str]] = []
+        [told], counts = part_records(
+            [_row(2, one)], part, lambda e: ("the line dropped", "Dropped"), failures=failures
+        )
+        assert json.loads(told)["error"] == "the line dropped"
+        assert failures == [(2, True, "the line dropped", "Dropped")]
+        assert counts == Counter(maybe_sent=1)
 
 
 # -- exit codes and errors ---------------------------------------------------------
