@@ -24,6 +24,7 @@ import pytest
 from aiohttp import web
 
 from dispatch_async._cli.exclude import ExcludeList, load_exclude
+from dispatch_async._cli.export import correction
 from dispatch_async._cli.spec import Connection, InputSpec, JobSpec, Problem, Target
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import by_line, dispatch_async, interrupted, raw, records
@@ -350,6 +351,21 @@ class TestExportArguments:
         done = await dispatch_async("export", out, "-i", pix, "-o", retry, env=env)
         assert done.code == 0, done.stderr
         assert f"export: 3 rows of {pix} (3 not_sent) written to {retry}" in done.stderr
+
+    def test_a_missing_results_file_and_a_results_file_given_as_o_are_named(
+        self, tmp_path: Path
+    ) -> None:
+        missing = tmp_path / "resultados.jsonl"
+        assert correction(missing, None, None) == f"RESULTS {missing} does not exist"
+        done = tmp_path / "done.jsonl"
+        done.write_text('{"line": 2, "number": "+5511987650001", "outcome": "not_sent"}\n')
+        assert correction(None, None, done) == (
+            f"{done} is a job's results, which export reads, and -o is the file it writes: "
+            f"`dispatch-async export {done} -o retry.csv`"
+        )
+        assert correction(None, None, None) == (
+            "Missing argument 'RESULTS': the results file of the job (what its `send -o` wrote)"
+        )
 
     async def test_with_reason_appends_outcome_and_reason_and_neutralises_formulas(
         self, server: FakeDispatchServer, env: dict[str, str], pix: Path, tmp_path: Path
