@@ -6,6 +6,7 @@ Every test runs the real command as a subprocess against the simulator, as test_
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import resource
 import signal
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from dispatch_async._cli.journal import JobFiles, stored_options
+from dispatch_async._cli.spec import Problem
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import (
     COMMAND,
@@ -422,6 +425,90 @@ class TestCorruptJobFiles:
         assert run.code == 2, run.stderr
         assert "Traceback" not in run.stderr
         assert not server.stats.received
+
+
+class TestJobFilesInProcess:
+    """In-process: the output and its journal, refused or repaired before a row is read."""
+
+    HEADER = b"dispatch-async journal 1\n"
+
+    def start(self, out: Path, *, resume: bool = True) -> None:
+        files = JobFiles(out, max_line=100)
+        try:
+            files.start(resume=resume, resend_maybe_sent=False, dedupe=None)
+        finally:
+            files.close()
+
+    def refusal(self, out: Path) -> Problem:
+        with pytest.raises(Problem) as refused:
+            self.start(out)
+        return refused.value
+
+    def test_an_output_that_cannot_be_one_is_refused_by_name(self, tmp_path: Path) -> None:
+        assert self.refusal(tmp_path).message == f"--output {tmp_path} is a directory"
+        nowhere = tmp_path / "no" / "r.jsonl"
+        assert self.refusal(nowhere).message == (
+            f"the directory of --output {nowhere} does not exist"
+        )
+        out = tmp_path / "r.jsonl"
+        (tmp_path / "r.jsonl.pending").mkdir()
+        refused = self.refusal(out)
+        assert refused.message == f"cannot use {tmp_path}/r.jsonl.pending: Is a directory"
+        assert refused.exit_code == 2
+
+    def test_a_journal_that_is_not_one_or_whose_entry_is_corrupt_is_refused(
+        self, tmp_path: Path
+    ) -> None:
+        out, journal = tmp_path / "r.jsonl", tmp_path / "r.jsonl.pending"
+        cases = {
+            b"lines 1-3 went out\n": "is not a dispatch-async journal",
+            self.HEADER + b"1-2 !!!not base64\n": "fingerprints do not match its lines",
+            self.HEADER + b"1-2 " + base64.b64encode(b"1234") + b"\n": "fingerprints do not",
+        }
+        for content, message in cases.items():
+            journal.write_bytes(content)
+            assert message in self.refusal(out).message
+            assert journal.read_bytes() == content, "a journal refused is left as it was"
+        journal.write_bytes(b"lines 1-3 went out\n")
+        with pytest.raises(Problem, match="is not a dispatch-async journal"):  # --dry-run's
+            JobFiles(out, max_line=100).inspect(resend_maybe_sent=False, dedupe=None)
+
+    def test_a_torn_last_entry_is_cut_off_and_an_end_without_reset_is_ignored(
+        self, tmp_path: Path
+    ) -> None:
+        out, journal = tmp_path / "r.jsonl", tmp_path / "r.jsonl.pending"
+        journal.write_bytes(self.HEADER + b"1-2\nend\n3-")
+        files = JobFiles(out, max_line=100)
+        recorded = files.inspect(resend_maybe_sent=False, dedupe=None)
+        assert [recorded.is_pending(line) for line in (1, 2, 3)] == [True, True, False]
+        self.start(out)
+        # "3-" is cut off; then the pending lines (without fingerprints: version 1) follow.
+        assert journal.read_bytes() == self.HEADER + b"1-2\nend\nreset\n1-2 AAAAAAAAAAA=\nend\n"
+
+    def test_a_dry_run_of_a_job_never_started_finds_nothing_recorded(self, tmp_path: Path) -> None:
+        files = JobFiles(tmp_path / "r.jsonl", max_line=100)
+        recorded = files.inspect(resend_maybe_sent=False, dedupe=None)
+        assert (recorded.recorded_lines, recorded.pending_lines) == (0, 0)
+        files.append([b"{}"])  # not started: nothing to append to, nothing written
+        files.sync()
+        assert not (tmp_path / "r.jsonl").exists()
+
+    def test_a_last_record_complete_but_for_its_newline_is_kept(self, tmp_path: Path) -> None:
+        out = tmp_path / "r.jsonl"
+        out.write_bytes(
+            b'{"line":1,"number":"+5511900000001","outcome":"sent","id":"a"}\n'
+            b'{"line":2,"number":"+5511900000002","outcome":"sent","id":"b"}'
+        )
+        (tmp_path / "r.jsonl.pending").write_bytes(self.HEADER)
+        self.start(out)
+        assert out.read_bytes().endswith(b'"id":"b"}\n')
+
+    def test_stored_options_that_are_not_an_object_are_refused(self, tmp_path: Path) -> None:
+        out, journal = tmp_path / "r.jsonl", tmp_path / "r.jsonl.pending"
+        for header in (b"dispatch-async journal 3 {not json\n", b"dispatch-async journal 3 {}]\n"):
+            journal.write_bytes(header)
+            with pytest.raises(Problem, match="has a header that is not a job's options"):
+                stored_options(out)
 
 
 class TestStoredOptions:
