@@ -16,6 +16,8 @@ import aiohttp
 import orjson
 import pytest
 
+from dispatch_async._cli.reconcile import _locked, _rewrite, reconcile
+from dispatch_async._cli.spec import Problem
 from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker, parse_event
 from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
 
@@ -592,3 +594,66 @@ def records_by_line(path: Path) -> dict[int, dict[str, Any]]:
         record = orjson.loads(raw)
         found.setdefault(record["line"], record)
     return found
+
+
+class TestReconcileReadsOnlyResults:
+    """In-process: what reconcile refuses to read, and which records it counts."""
+
+    async def refusal(self, tmp_path: Path, results: Path) -> str:
+        async with DeliveryTracker(tmp_path / "d.sqlite3") as tracker:
+            with pytest.raises(Problem) as refused:
+                await reconcile(results, tracker, "c")
+        return refused.value.message
+
+    async def test_a_file_that_is_not_whole_records_is_refused_by_line(
+        self, tmp_path: Path
+    ) -> None:
+        results = tmp_path / "r.jsonl"
+        first = b'{"line":2,"number":"+5511900000001","outcome":"sent","id":"a"}\n'
+        cases = {
+            first + b"{not json\n": f"{results} line 2 is not a dispatch-async record",
+            first + b'{"line":3}\n': f"{results} line 2 is not a dispatch-async record",
+            first + b'["line", 3]\n': f"{results} line 2 is not a whole dispatch-async record",
+            first + first[:-1]: f"{results} line 2 is not a whole dispatch-async record",
+        }
+        for content, message in cases.items():
+            await asyncio.to_thread(results.write_bytes, content)
+            assert await self.refusal(tmp_path, results) == message
+        assert await self.refusal(tmp_path, tmp_path) == f"{tmp_path} is not a results file"
+
+    async def test_a_file_another_run_holds_is_refused(self, tmp_path: Path) -> None:
+        results = tmp_path / "r.jsonl"
+        await asyncio.to_thread(results.write_bytes, b"")
+        with _locked(results):
+            message = await self.refusal(tmp_path, results)
+        assert message == f"another dispatch-async run is using {results}"
+
+    async def test_only_the_first_record_of_a_line_and_only_maybe_sent_ones_count(
+        self, tmp_path: Path
+    ) -> None:
+        results = tmp_path / "r.jsonl"
+        lines = [
+            {"line": 2, "number": "+5511900000001", "outcome": "maybe_sent", "since": "soon"},
+            {"line": 2, "number": "+5511900000001", "outcome": "maybe_sent"},
+            {"line": 3, "number": "+5511900000002", "outcome": "not_sent"},
+            {"line": 4, "number": "", "outcome": "maybe_sent"},
+            {"line": 5, "number": "+5511900000003", "outcome": "maybe_sent",
+             "since": "2026-11-27T16:00:00"},  # no zone: not a moment to compare with
+        ]  # fmt: skip
+        content = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+        await asyncio.to_thread(results.write_bytes, content)
+        async with DeliveryTracker(tmp_path / "d.sqlite3") as tracker:
+            done = await reconcile(results, tracker, "c")
+        assert (done.maybe_sent, done.confirmed, done.left) == (2, 0, 2)
+        assert await asyncio.to_thread(results.read_bytes) == content, "nothing confirmed"
+
+    def test_a_rewrite_that_fails_leaves_the_results_as_they_were_and_no_scratch_file(
+        self, tmp_path: Path
+    ) -> None:
+        results = tmp_path / "r.jsonl"
+        content = b'{"line":2,"outcome":"maybe_sent"}\nnot a record\n'
+        results.write_bytes(content)
+        with pytest.raises(orjson.JSONDecodeError):
+            _rewrite(results, {2: b'{"line":2,"outcome":"sent"}\n'})
+        assert results.read_bytes() == content
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
