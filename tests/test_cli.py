@@ -27,9 +27,11 @@ from typing import Any
 import aiohttp
 import attrs
 import pytest
+from click.testing import CliRunner
 
 import dispatch_async as da
 from dispatch_async import DispatchSession, RateLimitedError, RetryPolicy
+from dispatch_async._cli.commands import cli
 from dispatch_async._cli.input import (
     InputProblem,
     count_lines,
@@ -797,6 +799,38 @@ class TestExitCodes:
             assert "another-secret-never-printed" not in run.stdout + run.stderr
         assert SECRET not in (tmp_path / "a.jsonl").read_text()
         assert not (tmp_path / "b.jsonl").exists(), "a refused secret writes nothing"
+
+
+class TestFlagsRefusedBeforeAnything:
+    """In-process (click's runner): a flag's value is refused with exit 2, nothing written."""
+
+    def refused(self, tmp_path: Path, *flags: str) -> str:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(1))
+        out = tmp_path / "r.jsonl"
+        done = CliRunner().invoke(
+            cli,
+            ["send", "basic", "--text", "hi", "-i", str(source), "-o", str(out), *flags],
+            env={"DISPATCH_BASE_URL": "http://127.0.0.1:9", "DISPATCH_ACCOUNT": "acme"},
+        )
+        assert done.exit_code == 2, done.output
+        assert not out.exists()
+        return done.output.splitlines()[-1]
+
+    def test_a_rate_that_is_not_a_number(self, tmp_path: Path) -> None:
+        assert self.refused(tmp_path, "--rate", "fast") == (
+            "Error: Invalid value for '--rate': 'fast' is neither a positive number nor 'auto'"
+        )
+
+    def test_a_secret_file_that_is_empty_or_not_text(self, tmp_path: Path) -> None:
+        secret = tmp_path / "secret"
+        secret.write_text("  \n")
+        assert self.refused(tmp_path, "--client-secret-file", str(secret)) == (
+            f"Error: --client-secret-file {secret} is empty"
+        )
+        secret.write_bytes(b"\xff\xfe s3cr3t")
+        assert self.refused(tmp_path, "--client-secret-file", str(secret)).startswith(
+            f"Error: cannot read --client-secret-file {secret}: "
+        )
 
 
 # -- credentials first -------------------------------------------------------------
