@@ -31,6 +31,7 @@ from click.testing import CliRunner
 
 import dispatch_async as da
 from dispatch_async import DispatchSession, RateLimitedError, RetryPolicy
+from dispatch_async._cli.causes import line_ranges, said
 from dispatch_async._cli.commands import cli
 from dispatch_async._cli.input import (
     InputProblem,
@@ -804,17 +805,43 @@ class TestExitCodes:
 class TestFlagsRefusedBeforeAnything:
     """In-process (click's runner): a flag's value is refused with exit 2, nothing written."""
 
-    def refused(self, tmp_path: Path, *flags: str) -> str:
+    def refused(self, tmp_path: Path, *flags: str, send: tuple[str, ...] | None = None) -> str:
         source = write_csv(tmp_path / "c.csv", "number", numbers(1))
         out = tmp_path / "r.jsonl"
+        if send is None:
+            send = ("send", "basic", "--text", "hi", "-i", str(source))
         done = CliRunner().invoke(
             cli,
-            ["send", "basic", "--text", "hi", "-i", str(source), "-o", str(out), *flags],
+            [*send, "-o", str(out), *flags],
             env={"DISPATCH_BASE_URL": "http://127.0.0.1:9", "DISPATCH_ACCOUNT": "acme"},
         )
         assert done.exit_code == 2, done.output
         assert not out.exists()
         return done.output.splitlines()[-1]
+
+    def test_send_needs_an_endpoint_its_options_after_it_and_an_input(self, tmp_path: Path) -> None:
+        assert self.refused(tmp_path, send=("send",)) == (
+            "Error: name the endpoint (send template|basic|single|webhook ...), or continue a "
+            "job with: send --resume -o FILE"
+        )
+        assert self.refused(tmp_path, send=("send", "--dedupe", "basic", "--text", "hi")) == (
+            "Error: --dedupe: give the options after the endpoint"
+        )
+        assert self.refused(tmp_path, send=("send", "basic", "--text", "hi")) == (
+            "Error: Missing option '-i' / '--input'."
+        )
+
+    def test_job_goes_with_queue_and_queue_with_job_and_no_local_option(
+        self, tmp_path: Path
+    ) -> None:
+        queue = ("--queue", "redis://127.0.0.1:9/0")
+        assert self.refused(tmp_path, "--job", "j") == "Error: --job goes with --queue"
+        assert self.refused(tmp_path, *queue) == (
+            "Error: --queue needs --job ID (the same ID continues the job)"
+        )
+        assert self.refused(tmp_path, *queue, "--job", "j", "--dedupe", "--concurrency", "3") == (
+            "Error: --dedupe, --concurrency (set --max-jobs on the workers) cannot go with --queue"
+        )
 
     def test_a_rate_that_is_not_a_number(self, tmp_path: Path) -> None:
         assert self.refused(tmp_path, "--rate", "fast") == (
@@ -991,6 +1018,21 @@ class TestFailuresAreToldByCause:
         assert f"    5 not_sent: {said} (lines 2-6)" in run.stderr
         assert {record["error"] for record in records(out)} == {said}
         assert strict.stats.dispatch_calls == 0
+
+
+class TestCausesInWords:
+    """In-process: the words the failure report is made of."""
+
+    def test_lines_are_told_as_ranges_and_past_the_most_only_counted(self) -> None:
+        lines = [2, 3, 4, 1002, 7, 9, 10]
+        assert line_ranges(lines) == "2-4, 7, 9-10, 1,002"
+        assert line_ranges(lines, most=2) == "2-4, 7, and 2 more ranges"
+
+    def test_what_the_service_said_is_its_message_else_the_start_of_its_body(self) -> None:
+        assert said('{"message": "template not found", "code": 7}') == "template not found"
+        assert said("<html>\n  Bad   Gateway\n</html>") == "<html> Bad Gateway </html>"
+        assert said('{"error": "x"}') == '{"error": "x"}'
+        assert said("x" * 500) == "x" * 300
 
 
 # -- dry run -----------------------------------------------------------------------
