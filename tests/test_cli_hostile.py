@@ -13,9 +13,12 @@ import signal
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dispatch_async._cli.csv_input import csv_records
+from dispatch_async._cli.input import InputProblem, Row, open_rows
 from dispatch_async._cli.journal import JobFiles, stored_options
 from dispatch_async._cli.spec import Problem
 from dispatch_async.testing import FakeDispatchServer, Fault
@@ -323,6 +326,51 @@ class TestBrokenCsv:
         assert "Traceback" not in run.stderr
         assert "line 2 of the input is not valid CSV" in run.stderr
         assert self.PLANTED not in run.stdout + run.stderr
+
+
+class TestCsvShapesInProcess:
+    """In-process: CSV files of unusual shapes, read as a job reads them."""
+
+    def rows(self, path: Path, **how: Any) -> list[Row]:
+        rows = open_rows(str(path), "csv", **how)
+        try:
+            return list(rows)
+        finally:
+            rows.close()
+
+    def test_an_empty_file_has_no_rows_and_exports_none(self, tmp_path: Path) -> None:
+        empty = tmp_path / "c.csv"
+        empty.write_bytes(b"\n\n")
+        assert self.rows(empty) == []
+        with csv_records(str(empty)) as (layout, found):
+            assert (layout.header, list(found)) == (None, [])
+
+    def test_blank_lines_before_the_header_keep_the_files_line_numbers(
+        self, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.csv"
+        source.write_text("\n ,  \n\nnumber,,name\n+5511900000001,x,Ana\n")
+        [row] = self.rows(source)
+        assert (row.line, row.number, row.message) == (
+            5, "+5511900000001", {"number": "+5511900000001", "vars": {"name": "Ana"}},
+        )  # fmt: skip
+
+    def test_a_header_csv_cannot_parse_is_refused_with_its_line(self, tmp_path: Path) -> None:
+        source = tmp_path / "c.csv"
+        source.write_text('\n"Nome"x;number\n+5511900000001;Ana\n')
+        with pytest.raises(InputProblem, match=r"^the CSV header \(line 2\) is unreadable: "):
+            self.rows(source)
+        source.write_text("n" * (9 << 20) + "\n")  # over any field limit: no separator found
+        with pytest.raises(InputProblem, match=r"^the CSV header \(line 1\) is unreadable: "):
+            self.rows(source)
+
+    def test_a_short_row_whose_number_is_not_in_the_encoding_gets_no_number(
+        self, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.csv"
+        source.write_bytes(b"number,name\n+55119\xff\n")
+        [row] = self.rows(source, encoding="utf-8")
+        assert (row.line, row.number, row.problem) == (2, None, "expected 2 fields, found 1")
 
 
 class TestInvalidUtf8:
