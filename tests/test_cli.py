@@ -40,8 +40,18 @@ from dispatch_async._cli.input import (
     line_bound,
     open_rows,
 )
+from dispatch_async._cli.plan import run_plan
 from dispatch_async._cli.records import part_records
 from dispatch_async._cli.rows import Row
+from dispatch_async._cli.spec import (
+    Connection,
+    Display,
+    InputSpec,
+    JobSpec,
+    Problem,
+    SendSettings,
+    Target,
+)
 from dispatch_async._models import invalid_messages, valid_messages
 from dispatch_async.testing import FakeDispatchServer, Fault, argument_parser
 from tests.cli_helpers import (
@@ -1068,6 +1078,81 @@ class TestDryRun:
         )
         assert run.code == 0, run.stderr
         assert "plan: 1 chunk of up to 1,000 recipients" in run.stdout
+
+
+def dry_run(tmp_path: Path, source: Path, **more: Any) -> tuple[int, str, str]:
+    """``send basic --dry-run`` in-process: the exit code, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    spec = JobSpec(
+        Target("basic", text="hi"),
+        Connection(None, None, None),
+        InputSpec(str(source), **more.pop("input", {})),
+        more.pop("output", None),
+        display=Display(stream=err),
+        **more,
+    )
+    code = asyncio.run(run_plan(spec, out))
+    return code, out.getvalue(), err.getvalue()
+
+
+class TestDryRunInProcess:
+    """In-process: the plan a dry run prints, for inputs and jobs of every shape."""
+
+    def test_a_jsonl_input_names_its_format_and_the_vars_each_line_gives(
+        self, tmp_path: Path
+    ) -> None:
+        source = write_jsonl(
+            tmp_path / "c.jsonl",
+            [{"number": n} for n in numbers(7)] + [{"no": "number"}] * 12,
+        )
+        code, out, err = dry_run(tmp_path, source, settings=SendSettings(chunk_size=1))
+        assert code == 0
+        assert f"input: {source} (JSONL)" in out
+        assert "vars: as each line gives them" in out
+        assert "  chunk 5: 1 recipient, line 5\n  ... 1 more chunk ...\n  chunk 7:" in out
+        assert err.count("malformed input row") == 10, "the first ten are named, then counted"
+        six = write_jsonl(tmp_path / "six.jsonl", [{"number": n} for n in numbers(6)])
+        _, out, _ = dry_run(tmp_path, six, settings=SendSettings(chunk_size=1))
+        assert "  chunk 5: 1 recipient, line 5\n  chunk 6: 1 recipient, line 6\n" in out
+
+    def test_an_input_with_no_row_to_send_shows_no_example(self, tmp_path: Path) -> None:
+        source = write_jsonl(tmp_path / "c.jsonl", [{"no": "number"}])
+        code, out, _ = dry_run(tmp_path, source)
+        assert code == 0
+        assert "plan: 0 chunks" in out
+        assert "example" not in out
+
+    def test_a_resume_tells_what_a_killed_run_may_have_sent_and_what_dedupe_refuses(
+        self, tmp_path: Path
+    ) -> None:
+        one, two, three = numbers(3)
+        source = write_csv(tmp_path / "c.csv", "number", [one, two, three, one])
+        output = tmp_path / "r.jsonl"
+        output.write_text(
+            json.dumps({"line": 2, "number": one, "outcome": "sent", "id": "a"}) + "\n"
+        )
+        (tmp_path / "r.jsonl.pending").write_bytes(b"dispatch-async journal 1\n3-3\n")
+        code, out, _ = dry_run(
+            tmp_path, source, output=output, resume=True, settings=SendSettings(dedupe=True)
+        )
+        assert code == 0
+        table = out.split("\nplan:")[0]
+        assert re.search(r"already recorded +1 ", table)
+        assert re.search(r"maybe sent by a killed run +1 ", table)
+        assert re.search(r"refused: sent by an earlier run +1 ", table)
+        assert re.search(r"to send +1\n", table)
+
+    def test_what_it_cannot_read_or_plan_is_refused_by_name(self, tmp_path: Path) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(1))
+        with pytest.raises(Problem, match="Is a directory"):
+            dry_run(tmp_path, source, output=tmp_path, resume=True)
+        with pytest.raises(Problem, match="chunk_size"):
+            dry_run(tmp_path, source, settings=SendSettings(chunk_size=0))
+        with pytest.raises(Problem, match=f"^cannot read {tmp_path}/gone.csv: No such file"):
+            dry_run(tmp_path, tmp_path / "gone.csv")
+        jsonl = write_jsonl(tmp_path / "c.jsonl", [{"number": numbers(1)[0]}])
+        with pytest.raises(Problem, match="apply to CSV input only"):
+            dry_run(tmp_path, jsonl, input={"number_column": "phone"})
 
 
 # -- resume ------------------------------------------------------------------------
