@@ -20,6 +20,7 @@ import pytest
 from dispatch_async._cli.csv_input import csv_records
 from dispatch_async._cli.input import InputProblem, Row, open_rows
 from dispatch_async._cli.journal import JobFiles, stored_options
+from dispatch_async._cli.recorded import fingerprint, fingerprints, new_record
 from dispatch_async._cli.spec import Problem
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import (
@@ -550,6 +551,22 @@ class TestJobFilesInProcess:
         (tmp_path / "r.jsonl.pending").write_bytes(self.HEADER)
         self.start(out)
         assert out.read_bytes().endswith(b'"id":"b"}\n')
+
+    def test_an_output_record_that_is_not_one_is_refused_and_a_repeat_not_kept(self) -> None:
+        recorded = new_record(False, None, max_line=100)
+        where = "r.jsonl line 7"
+        with pytest.raises(Problem, match=f"^{where} is not a dispatch-async record; fix"):
+            recorded._add(b"[1, 2]\n", where)
+        with pytest.raises(Problem, match=f"^{where} has no valid line and outcome; fix"):
+            recorded._add(b'{"line": 0, "outcome": "sent"}\n', where)
+        sent = b'{"line": 2, "number": "+5511900000001", "outcome": "sent", "id": "a"}\n'
+        assert recorded._add(sent, where)
+        assert not recorded._add(sent, where)
+        assert (recorded.duplicates, recorded.kept["sent"]) == (1, 1)
+
+    def test_a_number_holding_a_line_break_has_the_fingerprint_of_its_own(self) -> None:
+        numbers_ = ["+5511900000001", "+55 11\n900000002", "+5511900000003"]
+        assert list(fingerprints(numbers_)) == [fingerprint(n) for n in numbers_]
 
     def test_stored_options_that_are_not_an_object_are_refused(self, tmp_path: Path) -> None:
         out, journal = tmp_path / "r.jsonl", tmp_path / "r.jsonl.pending"
