@@ -41,6 +41,7 @@ from dispatch_async._cli.input import (
     open_rows,
 )
 from dispatch_async._cli.plan import run_plan
+from dispatch_async._cli.progress import Tally, _Bar, make_progress, render_summary
 from dispatch_async._cli.records import part_records
 from dispatch_async._cli.rows import Row
 from dispatch_async._cli.spec import (
@@ -699,6 +700,42 @@ class TestRecordsOfAPart:
         assert json.loads(told)["error"] == "the line dropped"
         assert failures == [(2, True, "the line dropped", "Dropped")]
         assert counts == Counter(maybe_sent=1)
+
+
+class _NoSizeTerminal(io.StringIO):
+    """A stream that says it is a terminal but has no file descriptor to size."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+class TestProgressInProcess:
+    """In-process: the progress display and the summary, on a stream the test reads."""
+
+    def test_a_terminal_that_cannot_be_sized_gets_plain_lines_without_a_total(self) -> None:
+        stream = _NoSizeTerminal()
+        status = Counter(sent=2, invalid=1)
+        progress = make_progress(
+            quiet=False, total=None, initial=0, every=0, stream=stream, status=lambda: status
+        )
+        progress.advance(3)
+        progress.close()
+        assert stream.getvalue().startswith("progress: 3 lines: 2 sent, 1 invalid, 0 failed; ")
+
+    def test_a_bar_whose_total_counted_blank_lines_ends_at_the_lines_recorded(self) -> None:
+        stream = io.StringIO()
+        bar = _Bar(10, 0, stream, Counter)
+        bar.advance(7)
+        bar.close()
+        assert "100%|##########| 7.00/7.00 " in stream.getvalue().rsplit("\r", 1)[-1]
+
+    def test_the_summary_names_numbers_the_service_made_up_and_no_results_without_o(
+        self,
+    ) -> None:
+        tally = Tally(outcomes=Counter(sent=3), unexpected=1, started=0.0, ended=1.0)
+        summary = render_summary("dispatch-async send", tally, kept=None, output=None)
+        assert "  the service named 1 number that were not sent" in summary.splitlines()
+        assert "results:" not in summary
 
 
 # -- exit codes and errors ---------------------------------------------------------
