@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import stat
 import sys
 from collections.abc import AsyncIterator
@@ -15,7 +16,10 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from click.testing import CliRunner
 
+from dispatch_async._cli.callbacks import ServeConfig, _token
+from dispatch_async._cli.commands import cli as main
 from dispatch_async._cli.reconcile import _locked, _rewrite, reconcile
 from dispatch_async._cli.spec import Problem
 from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker, parse_event
@@ -594,6 +598,52 @@ def records_by_line(path: Path) -> dict[int, dict[str, Any]]:
         record = orjson.loads(raw)
         found.setdefault(record["line"], record)
     return found
+
+
+class TestCallbacksUsageInProcess:
+    """In-process (click's runner): what the callbacks commands refuse, and the token file."""
+
+    def invoke(self, *args: str) -> tuple[int, str]:
+        done = CliRunner().invoke(main, ["callbacks", *args], env={"DISPATCH_CALLBACK_TOKEN": None})
+        return done.exit_code, done.output.splitlines()[-1]
+
+    def test_serve_on_redis_needs_a_token_and_reconcile_one_store(self, tmp_path: Path) -> None:
+        assert self.invoke("serve", "--redis", "redis://127.0.0.1:9/0") == (
+            2, "Error: with --redis, give --token-file FILE or $DISPATCH_CALLBACK_TOKEN",
+        )  # fmt: skip
+        store = tmp_path / "d.sqlite3"
+        assert self.invoke(
+            "reconcile", "-o", str(tmp_path / "r.jsonl"), "--store", str(store),
+            "--redis", "redis://127.0.0.1:9/0", "--campaign-name", "c",
+        ) == (2, "Error: give --store FILE or --redis URL (one of them)")  # fmt: skip
+
+    def test_reconcile_against_a_redis_it_cannot_reach_exits_2_naming_it(
+        self, tmp_path: Path
+    ) -> None:
+        results = tmp_path / "r.jsonl"
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        results.write_text('{"line":2,"number":"+5511900000001","outcome":"maybe_sent"}\n')
+        code, last = self.invoke(
+            "reconcile", "-o", str(results), "--redis", f"redis://127.0.0.1:{port}/0",
+            "--campaign-name", "c",
+        )  # fmt: skip
+        assert code == 2
+        assert last.startswith("Error: ")
+
+    def test_a_token_file_given_wins_over_the_environment(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        token_file = tmp_path / "token"
+        token_file.write_text("from-the-file\n")
+        monkeypatch.setenv("DISPATCH_CALLBACK_TOKEN", "from-the-environment")
+        config = ServeConfig(
+            store=None, redis="redis://127.0.0.1:9/0", key_prefix="p", host="127.0.0.1",
+            port=0, path="cb", token_file=token_file, allowed_ips=(), max_body_bytes=1024,
+            verbose=0,
+        )  # fmt: skip
+        assert _token(config) == "from-the-file"
 
 
 class TestReconcileReadsOnlyResults:
