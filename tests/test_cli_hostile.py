@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import resource
 import signal
 from collections import Counter
@@ -20,8 +21,9 @@ import pytest
 from dispatch_async._cli.csv_input import csv_records
 from dispatch_async._cli.input import InputProblem, Row, open_rows
 from dispatch_async._cli.journal import JobFiles, stored_options
-from dispatch_async._cli.recorded import fingerprint, fingerprints, new_record
-from dispatch_async._cli.spec import Problem
+from dispatch_async._cli.recorded import Recorded, fingerprint, fingerprints, new_record
+from dispatch_async._cli.source import Source, check_input
+from dispatch_async._cli.spec import InputSpec, Problem
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import (
     COMMAND,
@@ -249,6 +251,55 @@ class TestEditedInput:
         assert found[5]["outcome"] == "sent"
         assert sorted(found) == list(range(2, 42))
         assert server.stats.received == Counter(numbers(40)), "each number once"
+
+
+class TestSourceInProcess:
+    """In-process: how a job's reader checks the input against what the job recorded."""
+
+    def recorded(self, line: int, number: str) -> Recorded:
+        recorded = new_record(False, None, max_line=100)
+        sent = {"line": line, "number": number, "outcome": "sent", "id": "a"}
+        recorded._add(json.dumps(sent).encode() + b"\n", "r.jsonl line 1")
+        return recorded
+
+    def test_a_changed_line_read_from_a_pipe_is_refused_as_it_is_read(self, tmp_path: Path) -> None:
+        one, two = numbers(2)
+        source = write_csv(tmp_path / "c.csv", "number", [two])
+        rows = open_rows(str(source))
+        reader = Source(rows, self.recorded(2, one), tmp_path / "r.jsonl")
+        try:
+            recorded_by = re.escape(f"the recipient {tmp_path / 'r.jsonl'} recorded for it")
+            with pytest.raises(Problem, match=f"^line 2 of the input is not {recorded_by}"):
+                reader.read(10)
+        finally:
+            rows.close()
+
+    def test_the_check_before_a_resume_ends_at_a_record_csv_cannot_read(
+        self, tmp_path: Path
+    ) -> None:
+        one, two = numbers(2)
+        recorded = self.recorded(4, one)
+        source = tmp_path / "c.csv"
+        source.write_text(f'number,name\n{one},Ana\n{one},"Bia"x\n{two},Caio\n')
+        check_input(InputSpec(str(source)), recorded, tmp_path / "r.jsonl")  # no refusal
+        source.write_text(f"number,name\n{one},Ana\n{one},Bia\n{two},Caio\n")
+        with pytest.raises(Problem, match=r"^line 4 of the input is not the recipient /"):
+            check_input(InputSpec(str(source)), recorded, tmp_path / "r.jsonl")
+
+    def test_a_long_run_of_malformed_rows_is_settled_a_bounded_batch_at_a_time(
+        self, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.jsonl"
+        source.write_text("{}\n" * 4001 + json.dumps({"number": numbers(1)[0]}) + "\n")
+        rows = open_rows(str(source))
+        reader = Source(rows, new_record(False, None, max_line=10_000), None)
+        try:
+            first = reader.read(10)
+            assert (len(first.records), len(first.rows), first.end) == (4000, 0, False)
+            second = reader.read(10)
+            assert (len(second.records), len(second.rows), second.end) == (1, 1, True)
+        finally:
+            rows.close()
 
 
 class TestDedupeAcrossResume:
