@@ -69,7 +69,7 @@ from tests.cli_helpers import (
     write_csv,
     write_jsonl,
 )
-from tests.conftest import SECRET, numbers
+from tests.conftest import HANG, SECRET, numbers
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -1311,6 +1311,42 @@ class TestResume:
         assert resumed.code == 0, resumed.stderr
         assert sorted(by_line(out)) == list(range(2, 2002))
         assert not server.stats.duplicates
+
+    async def test_a_second_sigint_stops_at_once_and_what_was_in_flight_is_maybe_sent(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(200))
+        out = tmp_path / "r.jsonl"
+        server.latency = 3600  # every request is held: only a forced stop ends the run
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND, "send", "basic", "--text", "hi", "-i", str(source), "-o", str(out),
+            "--chunk-size", "20", "--concurrency", "1",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env,
+        )  # fmt: skip
+        try:
+            await server.wait_until(lambda: server.in_flight > 0, timeout=60)
+            process.send_signal(signal.SIGINT)
+            assert process.stderr is not None
+            told = b""
+            async with asyncio.timeout(HANG):
+                while b"SIGINT: stopping;" not in told:  # the first one is handled
+                    told += await process.stderr.readline()
+                process.send_signal(signal.SIGINT)
+                _, rest = await process.communicate()
+            err = told + rest
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            server.latency = 0
+        assert process.returncode == 1
+        assert "SIGINT: stopping now; requests in flight become maybe_sent" in err.decode()
+        found = records(out)
+        maybe = {r["number"] for r in found if r["outcome"] == "maybe_sent"}
+        assert maybe == set(server.stats.received), "maybe_sent is what reached the service"
+        assert len(maybe) == 20, "the one chunk in flight"
+        assert {r["outcome"] for r in found} <= {"maybe_sent", "not_sent"}, "nothing answered"
+        assert has_journal(out)
 
     async def test_a_second_run_on_the_same_output_is_refused_while_the_first_runs(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
