@@ -44,6 +44,7 @@ from dispatch_async._cli.plan import run_plan
 from dispatch_async._cli.progress import Tally, _Bar, make_progress, render_summary
 from dispatch_async._cli.records import part_records
 from dispatch_async._cli.rows import Row
+from dispatch_async._cli.send import run_send
 from dispatch_async._cli.spec import (
     Connection,
     Display,
@@ -905,6 +906,51 @@ class TestFlagsRefusedBeforeAnything:
         assert self.refused(tmp_path, "--client-secret-file", str(secret)).startswith(
             f"Error: cannot read --client-secret-file {secret}: "
         )
+
+
+class TestSendInProcess:
+    """In-process: ``run_send`` against the simulator in the test's own loop."""
+
+    def spec(self, server: FakeDispatchServer, source: Path, **more: Any) -> JobSpec:
+        return JobSpec(
+            Target("basic", text="hi"),
+            Connection(server.url, SECRET, "acme"),
+            InputSpec(str(source)),
+            more.pop("output"),
+            **more,
+        )
+
+    async def test_a_job_needs_a_results_file_and_fields_the_endpoint_takes(
+        self, server: FakeDispatchServer, tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(1))
+        with pytest.raises(Problem, match=r"^--output FILE is required"):
+            await run_send(self.spec(server, source, output=None))
+        wrong = attrs.evolve(
+            self.spec(server, source, output=tmp_path / "r.jsonl"),
+            settings=SendSettings(chunk_size=0),
+        )
+        with pytest.raises(Problem, match="chunk_size"):
+            await run_send(wrong)
+        assert (server.stats.token_calls, await asyncio.to_thread(files, tmp_path)) == (
+            0, ["c.csv"],
+        )  # fmt: skip
+
+    async def test_a_resume_says_it_dropped_a_torn_last_record_and_sends_its_line(
+        self, server: FakeDispatchServer, tmp_path: Path
+    ) -> None:
+        one, two = numbers(2)
+        source = write_csv(tmp_path / "c.csv", "number", [one, two])
+        out = tmp_path / "r.jsonl"
+        first = {"line": 2, "number": one, "outcome": "sent", "id": "a"}
+        out.write_text(json.dumps(first) + '\n{"line": 3, "num')
+        (tmp_path / "r.jsonl.pending").write_bytes(b"dispatch-async journal 1\n")
+        err = io.StringIO()
+        spec = self.spec(server, source, output=out, resume=True, display=Display(stream=err))
+        assert await run_send(spec) == 0
+        assert "; a torn last record was dropped" in err.getvalue()
+        assert server.stats.received == Counter([two])
+        assert [r["outcome"] for r in records(out)] == ["sent", "sent"]
 
 
 # -- credentials first -------------------------------------------------------------
