@@ -952,6 +952,24 @@ class TestSendInProcess:
         assert server.stats.received == Counter([two])
         assert [r["outcome"] for r in records(out)] == ["sent", "sent"]
 
+    async def test_a_job_cancelled_from_outside_raises_and_keeps_its_journal(
+        self, server: FakeDispatchServer, tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(40))
+        out = tmp_path / "r.jsonl"
+        settings = SendSettings(chunk_size=20, concurrency=1)
+        spec = self.spec(server, source, output=out, settings=settings, display=Display(quiet=True))
+        server.latency = 3600
+        job = asyncio.ensure_future(run_send(spec))
+        try:
+            await server.wait_until(lambda: server.in_flight > 0, timeout=HANG)
+            job.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await job
+        finally:
+            server.latency = 0
+        assert has_journal(out), "a resume settles what may have been sent"
+
 
 # -- credentials first -------------------------------------------------------------
 
