@@ -723,6 +723,16 @@ class TestProgressInProcess:
         progress.close()
         assert stream.getvalue().startswith("progress: 3 lines: 2 sent, 1 invalid, 0 failed; ")
 
+    def test_quiet_shows_notes_and_no_progress(self) -> None:
+        stream = io.StringIO()
+        progress = make_progress(
+            quiet=True, total=10, initial=0, every=0, stream=stream, status=Counter
+        )
+        progress.advance(5)
+        progress.note("retrying chunk 3")
+        progress.close()
+        assert stream.getvalue() == "retrying chunk 3\n"
+
     def test_a_bar_whose_total_counted_blank_lines_ends_at_the_lines_recorded(self) -> None:
         stream = io.StringIO()
         bar = _Bar(10, 0, stream, Counter)
@@ -889,6 +899,16 @@ class TestFlagsRefusedBeforeAnything:
         )
         assert self.refused(tmp_path, *queue, "--job", "j", "--dedupe", "--concurrency", "3") == (
             "Error: --dedupe, --concurrency (set --max-jobs on the workers) cannot go with --queue"
+        )
+
+    def test_export_of_a_job_whose_journal_cannot_be_read_names_it(self, tmp_path: Path) -> None:
+        results = tmp_path / "r.jsonl"
+        results.write_text('{"line": 2, "number": "+5511900000001", "outcome": "not_sent"}\n')
+        (tmp_path / "r.jsonl.pending").mkdir()
+        done = CliRunner().invoke(cli, ["export", str(results)])
+        assert done.exit_code == 2, done.output
+        assert done.output.splitlines()[-1] == (
+            f"Error: cannot read the journal of {results}: Is a directory"
         )
 
     def test_a_rate_that_is_not_a_number(self, tmp_path: Path) -> None:

@@ -286,6 +286,25 @@ class TestSourceInProcess:
         with pytest.raises(Problem, match=r"^line 4 of the input is not the recipient /"):
             check_input(InputSpec(str(source)), recorded, tmp_path / "r.jsonl")
 
+    def test_a_long_run_of_lines_already_recorded_is_skipped_a_bounded_batch_at_a_time(
+        self, tmp_path: Path
+    ) -> None:
+        recorded = new_record(False, None, max_line=10_000)
+        for line in range(1, 4002):
+            sent = {"line": line, "number": "+5511900000001", "outcome": "sent", "id": "a"}
+            recorded._add(json.dumps(sent).encode() + b"\n", "r.jsonl")
+        source = tmp_path / "c.jsonl"
+        source.write_text('{"number": "+5511900000001"}\n' * 4002)
+        rows = open_rows(str(source))
+        reader = Source(rows, recorded, tmp_path / "r.jsonl")
+        try:
+            first = reader.read(10)
+            assert (first.skipped, len(first.rows), first.end) == (4000, 0, False)
+            second = reader.read(10)
+            assert (second.skipped, len(second.rows), second.end) == (1, 1, True)
+        finally:
+            rows.close()
+
     def test_a_long_run_of_malformed_rows_is_settled_a_bounded_batch_at_a_time(
         self, tmp_path: Path
     ) -> None:
