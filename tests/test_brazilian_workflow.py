@@ -23,6 +23,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from dispatch_async._cli.exclude import ExcludeList, load_exclude
+from dispatch_async._cli.export import correction
+from dispatch_async._cli.spec import Connection, InputSpec, JobSpec, Problem, Target
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import by_line, dispatch_async, interrupted, raw, records
 
@@ -349,6 +352,21 @@ class TestExportArguments:
         assert done.code == 0, done.stderr
         assert f"export: 3 rows of {pix} (3 not_sent) written to {retry}" in done.stderr
 
+    def test_a_missing_results_file_and_a_results_file_given_as_o_are_named(
+        self, tmp_path: Path
+    ) -> None:
+        missing = tmp_path / "resultados.jsonl"
+        assert correction(missing, None, None) == f"RESULTS {missing} does not exist"
+        done = tmp_path / "done.jsonl"
+        done.write_text('{"line": 2, "number": "+5511987650001", "outcome": "not_sent"}\n')
+        assert correction(None, None, done) == (
+            f"{done} is a job's results, which export reads, and -o is the file it writes: "
+            f"`dispatch-async export {done} -o retry.csv`"
+        )
+        assert correction(None, None, None) == (
+            "Missing argument 'RESULTS': the results file of the job (what its `send -o` wrote)"
+        )
+
     async def test_with_reason_appends_outcome_and_reason_and_neutralises_formulas(
         self, server: FakeDispatchServer, env: dict[str, str], pix: Path, tmp_path: Path
     ) -> None:
@@ -442,6 +460,47 @@ class TestExclude:
         excluded = [r["number"] for r in records(out) if r["outcome"] == "invalid"]
         assert sorted(excluded) == [numbers[0], numbers[-1]]
         assert set(server.stats.received) == set(numbers[1:-1])
+
+    async def test_a_list_without_a_number_or_that_cannot_be_read_is_refused_by_name(
+        self, tmp_path: Path
+    ) -> None:
+        def job(exclude: Path) -> JobSpec:
+            return JobSpec(
+                Target("basic", text="oi"),
+                Connection(None, None, None),
+                InputSpec(str(tmp_path / "c.csv")),
+                None,
+                exclude=str(exclude),
+            )
+
+        headers = tmp_path / "headers.csv"
+        headers.write_text("telefone;data\nnenhum;2024-03-01\n")
+        with pytest.raises(Problem, match=f"^--exclude {headers} holds no number$"):
+            await load_exclude(job(headers))
+        missing = tmp_path / "missing.csv"
+        with pytest.raises(
+            Problem, match=f"^cannot read --exclude {missing}: No such file or directory$"
+        ):
+            await load_exclude(job(missing))
+        broken = tmp_path / "broken.csv"
+        broken.write_text("+5511900000001\n" + "9" * (9 << 20) + "\n")  # over csv's field limit
+        with pytest.raises(Problem, match=f"^--exclude {broken} is not a list of numbers"):
+            await load_exclude(job(broken))
+
+    def test_rows_without_a_number_in_its_column_are_skipped(self, tmp_path: Path) -> None:
+        optouts = tmp_path / "optouts.csv"
+        optouts.write_text(
+            "nome,telefone\nAna,+5511900000001\nsem número,\nBia\nCaio,+5511900000003\n"
+        )
+        found = ExcludeList(str(optouts), str, "telefone")
+        try:
+            assert found.count == 2
+            assert found.among(["+5511900000001", "+5511900000002", "+5511900000003"]) == {
+                "+5511900000001",
+                "+5511900000003",
+            }
+        finally:
+            found.close()
 
     def test_a_large_list_is_held_on_disk_not_in_memory(self, tmp_path: Path) -> None:
         def peak_kib(count: int) -> int:

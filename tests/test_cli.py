@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import io
 import json
 import os
 import pty
@@ -16,6 +17,7 @@ import re
 import signal
 import socket
 import struct
+import sys
 import termios
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -25,8 +27,34 @@ from typing import Any
 import aiohttp
 import attrs
 import pytest
+from click.testing import CliRunner
 
+import dispatch_async as da
 from dispatch_async import DispatchSession, RateLimitedError, RetryPolicy
+from dispatch_async._cli.causes import line_ranges, said
+from dispatch_async._cli.commands import cli
+from dispatch_async._cli.input import (
+    InputProblem,
+    count_lines,
+    is_regular_file,
+    line_bound,
+    open_rows,
+)
+from dispatch_async._cli.plan import run_plan
+from dispatch_async._cli.progress import Tally, _Bar, make_progress, render_summary
+from dispatch_async._cli.records import part_records
+from dispatch_async._cli.rows import Row
+from dispatch_async._cli.send import run_send
+from dispatch_async._cli.spec import (
+    Connection,
+    Display,
+    InputSpec,
+    JobSpec,
+    Problem,
+    SendSettings,
+    Target,
+)
+from dispatch_async._models import invalid_messages, valid_messages
 from dispatch_async.testing import FakeDispatchServer, Fault, argument_parser
 from tests.cli_helpers import (
     COMMAND,
@@ -42,7 +70,7 @@ from tests.cli_helpers import (
     write_csv,
     write_jsonl,
 )
-from tests.conftest import SECRET, numbers
+from tests.conftest import HANG, SECRET, numbers
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -170,6 +198,73 @@ class TestInput:
         assert run.code == 0, run.stderr
         assert by_line(out)[3]["detail"] == "expected 2 fields, found 3"
         assert server.stats.received == Counter(good)
+
+
+class TestJsonlRowProblems:
+    """In-process: each JSONL line that cannot be a recipient says why, in its record."""
+
+    def problems(self, tmp_path: Path, *lines: str) -> list[str | None]:
+        source = tmp_path / "rows.jsonl"
+        source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        rows = open_rows(str(source))
+        try:
+            return [row.problem for row in rows]
+        finally:
+            rows.close()
+
+    def test_each_wrong_field_is_named_with_the_json_kind_found(self, tmp_path: Path) -> None:
+        assert self.problems(
+            tmp_path,
+            '{"number": "  "}',
+            '{"number": "+5511987654321", "name": "Ana"}',
+            '{"number": "+5511987654321", "vars": ["Ana"]}',
+            '{"number": "+5511987654321", "vars": {"name": null}}',
+            '{"number": "+5511987654321", "vars": {"name": true}}',
+            '{"number": "+5511987654321", "vars": {"name": {"first": "Ana"}}}',
+            '{"number": 5511987654321}',
+            '"+5511987654321"',
+            '{"number": "+5511987654321", "vars": null}',
+        ) == [
+            "'number' is empty",
+            "unknown field 'name': a row has number and vars",
+            "'vars' must be an object, not an array",
+            "vars['name'] must be a string, not null",
+            "vars['name'] must be a string, not a boolean",
+            "vars['name'] must be a string, not an object",
+            "'number' must be a string, not a number",
+            "expected a JSON object, found a string",
+            None,
+        ]
+
+    def test_stdin_is_left_open_when_its_header_is_refused(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        stdin = io.TextIOWrapper(io.BytesIO(b"name,phone\nAna,+5511987654321\n"))
+        monkeypatch.setattr(sys, "stdin", stdin)
+        with pytest.raises(InputProblem, match="number"):
+            open_rows("-", "csv")
+        assert not stdin.buffer.closed
+
+
+class TestLineCountsOfWhatIsNotAFile:
+    """In-process: the progress total and the bound on line numbers a path allows."""
+
+    def test_a_missing_path_has_no_line_count_and_the_bound_of_a_pipe(self, tmp_path: Path) -> None:
+        missing = str(tmp_path / "gone.csv")
+        assert not is_regular_file(missing)
+        assert count_lines(missing) is None
+        assert line_bound(missing) == line_bound("-") > 10**8
+
+    def test_a_regular_file_that_fails_to_read_has_no_line_count(self) -> None:
+        # /proc/self/mem is a regular file whose read at offset 0 fails (EIO).
+        assert is_regular_file("/proc/self/mem")
+        assert count_lines("/proc/self/mem") is None
+
+    def test_a_file_counts_its_last_line_without_a_newline(self, tmp_path: Path) -> None:
+        source = tmp_path / "c.csv"
+        source.write_bytes(b"number\n+5511987654321\n+5511987654322")
+        assert count_lines(str(source)) == 3
+        assert line_bound(str(source)) == source.stat().st_size + 1
 
 
 # -- what goes on the wire ----------------------------------------------------------
@@ -516,6 +611,144 @@ def _drain(fd: int) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+def _row(line: int, number: str) -> Row:
+    return Row(line, number, {"number": number, "vars": {}})
+
+
+def _failed(number: str, position: int, error: da.DispatchError) -> da.FailedRecipient:
+    return da.FailedRecipient(da.Recipient(number), error, bool(error.maybe_sent), position)
+
+
+class TestRecordsOfAPart:
+    """In-process: ``part_records`` turns one chunk's result into one record per row."""
+
+    def test_a_number_on_several_rows_is_matched_to_its_rows_in_input_order(self) -> None:
+        one, two = numbers(2)
+        rows = [_row(2, one), _row(3, two), _row(4, one), _row(5, one)]
+        part = da.DispatchResult(
+            range(4),
+            valid=[da.ValidMessage("id-a", one, 0), da.ValidMessage("id-b", one, 2)],
+            invalid=[da.InvalidMessage(two, "blocked", 1)],
+            failed=[_failed(one, 3, da.TransportError("reset", maybe_sent=False))],
+        )
+        found, counts = part_records(rows, part)
+        by = {r["line"]: r for r in map(json.loads, found)}
+        assert (by[2]["id"], by[4]["id"]) == ("id-a", "id-b")
+        assert by[3] == {"line": 3, "number": two, "outcome": "invalid", "reason": "blocked"}
+        assert by[5] == {
+            "line": 5, "number": one, "outcome": "not_sent",
+            "error": "reset", "error_type": "TransportError",
+        }  # fmt: skip
+        assert counts == Counter(sent=2, invalid=1, not_sent=1)
+
+    def test_outcomes_as_plain_lists_give_the_records_the_columns_give(self) -> None:
+        one, two = numbers(2)
+        rows = [_row(7, one), _row(9, two)]
+        columns = da.DispatchResult(
+            range(2),
+            valid=valid_messages(["id-a"], [one], [0]),
+            invalid=invalid_messages([two], ["blocked"], [1]),
+        )
+        lists = attrs.evolve(columns, valid=list(columns.valid), invalid=list(columns.invalid))
+        assert part_records(rows, lists) == part_records(rows, columns)
+        assert part_records(rows, columns)[1] == Counter(sent=1, invalid=1)
+
+    def test_a_row_the_result_does_not_mention_is_maybe_sent_and_a_stranger_is_dropped(
+        self,
+    ) -> None:
+        one, two, stranger = numbers(3)
+        rows = [_row(2, one), _row(3, two)]
+        accepted = valid_messages(["id-a", "id-x"], [one, stranger], [0, 1])
+        parts = [
+            da.DispatchResult(range(2), valid=accepted),
+            da.DispatchResult(
+                range(2),
+                valid=accepted,
+                invalid=invalid_messages([stranger], ["blocked"], [1]),
+            ),
+            da.DispatchResult(
+                range(2),
+                valid=accepted,
+                failed=[_failed(stranger, 1, da.TransportError("reset", maybe_sent=False))],
+            ),
+        ]
+        for part in parts:
+            found, counts = part_records(rows, part, since="2026-11-27T16:00:00+00:00")
+            by = {r["line"]: r for r in map(json.loads, found)}
+            assert sorted(by) == [2, 3]
+            assert by[2]["id"] == "id-a"
+            assert by[3] == {
+                "line": 3, "number": two, "outcome": "maybe_sent",
+                "error": "the SDK gave no outcome for this row", "error_type": "Interrupted",
+                "since": "2026-11-27T16:00:00+00:00",
+            }  # fmt: skip
+            assert counts == Counter(sent=1, maybe_sent=1)
+
+    def test_a_failure_is_named_by_its_error_unless_explained_and_reported_when_asked(
+        self,
+    ) -> None:
+        (one,) = numbers(1)
+        part = da.DispatchResult(
+            range(1), failed=[_failed(one, 0, da.TransportError("reset", maybe_sent=True))]
+        )
+        [plain], _ = part_records([_row(2, one)], part)
+        assert json.loads(plain)["error"] == "reset"
+        assert json.loads(plain)["error_type"] == "TransportError"
+        failures: list[tuple[int, bool, str, str]] = []
+        [told], counts = part_records(
+            [_row(2, one)], part, lambda e: ("the line dropped", "Dropped"), failures=failures
+        )
+        assert json.loads(told)["error"] == "the line dropped"
+        assert failures == [(2, True, "the line dropped", "Dropped")]
+        assert counts == Counter(maybe_sent=1)
+
+
+class _NoSizeTerminal(io.StringIO):
+    """A stream that says it is a terminal but has no file descriptor to size."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+class TestProgressInProcess:
+    """In-process: the progress display and the summary, on a stream the test reads."""
+
+    def test_a_terminal_that_cannot_be_sized_gets_plain_lines_without_a_total(self) -> None:
+        stream = _NoSizeTerminal()
+        status = Counter(sent=2, invalid=1)
+        progress = make_progress(
+            quiet=False, total=None, initial=0, every=0, stream=stream, status=lambda: status
+        )
+        progress.advance(3)
+        progress.close()
+        assert stream.getvalue().startswith("progress: 3 lines: 2 sent, 1 invalid, 0 failed; ")
+
+    def test_quiet_shows_notes_and_no_progress(self) -> None:
+        stream = io.StringIO()
+        progress = make_progress(
+            quiet=True, total=10, initial=0, every=0, stream=stream, status=Counter
+        )
+        progress.advance(5)
+        progress.note("retrying chunk 3")
+        progress.close()
+        assert stream.getvalue() == "retrying chunk 3\n"
+
+    def test_a_bar_whose_total_counted_blank_lines_ends_at_the_lines_recorded(self) -> None:
+        stream = io.StringIO()
+        bar = _Bar(10, 0, stream, Counter)
+        bar.advance(7)
+        bar.close()
+        assert "100%|##########| 7.00/7.00 " in stream.getvalue().rsplit("\r", 1)[-1]
+
+    def test_the_summary_names_numbers_the_service_made_up_and_no_results_without_o(
+        self,
+    ) -> None:
+        tally = Tally(outcomes=Counter(sent=3), unexpected=1, started=0.0, ended=1.0)
+        summary = render_summary("dispatch-async send", tally, kept=None, output=None)
+        assert "  the service named 1 number that were not sent" in summary.splitlines()
+        assert "results:" not in summary
+
+
 # -- exit codes and errors ---------------------------------------------------------
 
 
@@ -625,6 +858,137 @@ class TestExitCodes:
             assert "another-secret-never-printed" not in run.stdout + run.stderr
         assert SECRET not in (tmp_path / "a.jsonl").read_text()
         assert not (tmp_path / "b.jsonl").exists(), "a refused secret writes nothing"
+
+
+class TestFlagsRefusedBeforeAnything:
+    """In-process (click's runner): a flag's value is refused with exit 2, nothing written."""
+
+    def refused(self, tmp_path: Path, *flags: str, send: tuple[str, ...] | None = None) -> str:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(1))
+        out = tmp_path / "r.jsonl"
+        if send is None:
+            send = ("send", "basic", "--text", "hi", "-i", str(source))
+        done = CliRunner().invoke(
+            cli,
+            [*send, "-o", str(out), *flags],
+            env={"DISPATCH_BASE_URL": "http://127.0.0.1:9", "DISPATCH_ACCOUNT": "acme"},
+        )
+        assert done.exit_code == 2, done.output
+        assert not out.exists()
+        return done.output.splitlines()[-1]
+
+    def test_send_needs_an_endpoint_its_options_after_it_and_an_input(self, tmp_path: Path) -> None:
+        assert self.refused(tmp_path, send=("send",)) == (
+            "Error: name the endpoint (send template|basic|single|webhook ...), or continue a "
+            "job with: send --resume -o FILE"
+        )
+        assert self.refused(tmp_path, send=("send", "--dedupe", "basic", "--text", "hi")) == (
+            "Error: --dedupe: give the options after the endpoint"
+        )
+        assert self.refused(tmp_path, send=("send", "basic", "--text", "hi")) == (
+            "Error: Missing option '-i' / '--input'."
+        )
+
+    def test_job_goes_with_queue_and_queue_with_job_and_no_local_option(
+        self, tmp_path: Path
+    ) -> None:
+        queue = ("--queue", "redis://127.0.0.1:9/0")
+        assert self.refused(tmp_path, "--job", "j") == "Error: --job goes with --queue"
+        assert self.refused(tmp_path, *queue) == (
+            "Error: --queue needs --job ID (the same ID continues the job)"
+        )
+        assert self.refused(tmp_path, *queue, "--job", "j", "--dedupe", "--concurrency", "3") == (
+            "Error: --dedupe, --concurrency (set --max-jobs on the workers) cannot go with --queue"
+        )
+
+    def test_export_of_a_job_whose_journal_cannot_be_read_names_it(self, tmp_path: Path) -> None:
+        results = tmp_path / "r.jsonl"
+        results.write_text('{"line": 2, "number": "+5511900000001", "outcome": "not_sent"}\n')
+        (tmp_path / "r.jsonl.pending").mkdir()
+        done = CliRunner().invoke(cli, ["export", str(results)])
+        assert done.exit_code == 2, done.output
+        assert done.output.splitlines()[-1] == (
+            f"Error: cannot read the journal of {results}: Is a directory"
+        )
+
+    def test_a_rate_that_is_not_a_number(self, tmp_path: Path) -> None:
+        assert self.refused(tmp_path, "--rate", "fast") == (
+            "Error: Invalid value for '--rate': 'fast' is neither a positive number nor 'auto'"
+        )
+
+    def test_a_secret_file_that_is_empty_or_not_text(self, tmp_path: Path) -> None:
+        secret = tmp_path / "secret"
+        secret.write_text("  \n")
+        assert self.refused(tmp_path, "--client-secret-file", str(secret)) == (
+            f"Error: --client-secret-file {secret} is empty"
+        )
+        secret.write_bytes(b"\xff\xfe s3cr3t")
+        assert self.refused(tmp_path, "--client-secret-file", str(secret)).startswith(
+            f"Error: cannot read --client-secret-file {secret}: "
+        )
+
+
+class TestSendInProcess:
+    """In-process: ``run_send`` against the simulator in the test's own loop."""
+
+    def spec(self, server: FakeDispatchServer, source: Path, **more: Any) -> JobSpec:
+        return JobSpec(
+            Target("basic", text="hi"),
+            Connection(server.url, SECRET, "acme"),
+            InputSpec(str(source)),
+            more.pop("output"),
+            **more,
+        )
+
+    async def test_a_job_needs_a_results_file_and_fields_the_endpoint_takes(
+        self, server: FakeDispatchServer, tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(1))
+        with pytest.raises(Problem, match=r"^--output FILE is required"):
+            await run_send(self.spec(server, source, output=None))
+        wrong = attrs.evolve(
+            self.spec(server, source, output=tmp_path / "r.jsonl"),
+            settings=SendSettings(chunk_size=0),
+        )
+        with pytest.raises(Problem, match="chunk_size"):
+            await run_send(wrong)
+        assert (server.stats.token_calls, await asyncio.to_thread(files, tmp_path)) == (
+            0, ["c.csv"],
+        )  # fmt: skip
+
+    async def test_a_resume_says_it_dropped_a_torn_last_record_and_sends_its_line(
+        self, server: FakeDispatchServer, tmp_path: Path
+    ) -> None:
+        one, two = numbers(2)
+        source = write_csv(tmp_path / "c.csv", "number", [one, two])
+        out = tmp_path / "r.jsonl"
+        first = {"line": 2, "number": one, "outcome": "sent", "id": "a"}
+        out.write_text(json.dumps(first) + '\n{"line": 3, "num')
+        (tmp_path / "r.jsonl.pending").write_bytes(b"dispatch-async journal 1\n")
+        err = io.StringIO()
+        spec = self.spec(server, source, output=out, resume=True, display=Display(stream=err))
+        assert await run_send(spec) == 0
+        assert "; a torn last record was dropped" in err.getvalue()
+        assert server.stats.received == Counter([two])
+        assert [r["outcome"] for r in records(out)] == ["sent", "sent"]
+
+    async def test_a_job_cancelled_from_outside_raises_and_keeps_its_journal(
+        self, server: FakeDispatchServer, tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(40))
+        out = tmp_path / "r.jsonl"
+        settings = SendSettings(chunk_size=20, concurrency=1)
+        spec = self.spec(server, source, output=out, settings=settings, display=Display(quiet=True))
+        server.latency = 3600
+        job = asyncio.ensure_future(run_send(spec))
+        try:
+            await server.wait_until(lambda: server.in_flight > 0, timeout=HANG)
+            job.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await job
+        finally:
+            server.latency = 0
+        assert has_journal(out), "a resume settles what may have been sent"
 
 
 # -- credentials first -------------------------------------------------------------
@@ -787,6 +1151,21 @@ class TestFailuresAreToldByCause:
         assert strict.stats.dispatch_calls == 0
 
 
+class TestCausesInWords:
+    """In-process: the words the failure report is made of."""
+
+    def test_lines_are_told_as_ranges_and_past_the_most_only_counted(self) -> None:
+        lines = [2, 3, 4, 1002, 7, 9, 10]
+        assert line_ranges(lines) == "2-4, 7, 9-10, 1,002"
+        assert line_ranges(lines, most=2) == "2-4, 7, and 2 more ranges"
+
+    def test_what_the_service_said_is_its_message_else_the_start_of_its_body(self) -> None:
+        assert said('{"message": "template not found", "code": 7}') == "template not found"
+        assert said("<html>\n  Bad   Gateway\n</html>") == "<html> Bad Gateway </html>"
+        assert said('{"error": "x"}') == '{"error": "x"}'
+        assert said("x" * 500) == "x" * 300
+
+
 # -- dry run -----------------------------------------------------------------------
 
 
@@ -820,6 +1199,81 @@ class TestDryRun:
         )
         assert run.code == 0, run.stderr
         assert "plan: 1 chunk of up to 1,000 recipients" in run.stdout
+
+
+def dry_run(tmp_path: Path, source: Path, **more: Any) -> tuple[int, str, str]:
+    """``send basic --dry-run`` in-process: the exit code, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    spec = JobSpec(
+        Target("basic", text="hi"),
+        Connection(None, None, None),
+        InputSpec(str(source), **more.pop("input", {})),
+        more.pop("output", None),
+        display=Display(stream=err),
+        **more,
+    )
+    code = asyncio.run(run_plan(spec, out))
+    return code, out.getvalue(), err.getvalue()
+
+
+class TestDryRunInProcess:
+    """In-process: the plan a dry run prints, for inputs and jobs of every shape."""
+
+    def test_a_jsonl_input_names_its_format_and_the_vars_each_line_gives(
+        self, tmp_path: Path
+    ) -> None:
+        source = write_jsonl(
+            tmp_path / "c.jsonl",
+            [{"number": n} for n in numbers(7)] + [{"no": "number"}] * 12,
+        )
+        code, out, err = dry_run(tmp_path, source, settings=SendSettings(chunk_size=1))
+        assert code == 0
+        assert f"input: {source} (JSONL)" in out
+        assert "vars: as each line gives them" in out
+        assert "  chunk 5: 1 recipient, line 5\n  ... 1 more chunk ...\n  chunk 7:" in out
+        assert err.count("malformed input row") == 10, "the first ten are named, then counted"
+        six = write_jsonl(tmp_path / "six.jsonl", [{"number": n} for n in numbers(6)])
+        _, out, _ = dry_run(tmp_path, six, settings=SendSettings(chunk_size=1))
+        assert "  chunk 5: 1 recipient, line 5\n  chunk 6: 1 recipient, line 6\n" in out
+
+    def test_an_input_with_no_row_to_send_shows_no_example(self, tmp_path: Path) -> None:
+        source = write_jsonl(tmp_path / "c.jsonl", [{"no": "number"}])
+        code, out, _ = dry_run(tmp_path, source)
+        assert code == 0
+        assert "plan: 0 chunks" in out
+        assert "example" not in out
+
+    def test_a_resume_tells_what_a_killed_run_may_have_sent_and_what_dedupe_refuses(
+        self, tmp_path: Path
+    ) -> None:
+        one, two, three = numbers(3)
+        source = write_csv(tmp_path / "c.csv", "number", [one, two, three, one])
+        output = tmp_path / "r.jsonl"
+        output.write_text(
+            json.dumps({"line": 2, "number": one, "outcome": "sent", "id": "a"}) + "\n"
+        )
+        (tmp_path / "r.jsonl.pending").write_bytes(b"dispatch-async journal 1\n3-3\n")
+        code, out, _ = dry_run(
+            tmp_path, source, output=output, resume=True, settings=SendSettings(dedupe=True)
+        )
+        assert code == 0
+        table = out.split("\nplan:")[0]
+        assert re.search(r"already recorded +1 ", table)
+        assert re.search(r"maybe sent by a killed run +1 ", table)
+        assert re.search(r"refused: sent by an earlier run +1 ", table)
+        assert re.search(r"to send +1\n", table)
+
+    def test_what_it_cannot_read_or_plan_is_refused_by_name(self, tmp_path: Path) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(1))
+        with pytest.raises(Problem, match="Is a directory"):
+            dry_run(tmp_path, source, output=tmp_path, resume=True)
+        with pytest.raises(Problem, match="chunk_size"):
+            dry_run(tmp_path, source, settings=SendSettings(chunk_size=0))
+        with pytest.raises(Problem, match=f"^cannot read {tmp_path}/gone.csv: No such file"):
+            dry_run(tmp_path, tmp_path / "gone.csv")
+        jsonl = write_jsonl(tmp_path / "c.jsonl", [{"number": numbers(1)[0]}])
+        with pytest.raises(Problem, match="apply to CSV input only"):
+            dry_run(tmp_path, jsonl, input={"number_column": "phone"})
 
 
 # -- resume ------------------------------------------------------------------------
@@ -941,6 +1395,42 @@ class TestResume:
         assert resumed.code == 0, resumed.stderr
         assert sorted(by_line(out)) == list(range(2, 2002))
         assert not server.stats.duplicates
+
+    async def test_a_second_sigint_stops_at_once_and_what_was_in_flight_is_maybe_sent(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(200))
+        out = tmp_path / "r.jsonl"
+        server.latency = 3600  # every request is held: only a forced stop ends the run
+        process = await asyncio.create_subprocess_exec(
+            *COMMAND, "send", "basic", "--text", "hi", "-i", str(source), "-o", str(out),
+            "--chunk-size", "20", "--concurrency", "1",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env,
+        )  # fmt: skip
+        try:
+            await server.wait_until(lambda: server.in_flight > 0, timeout=60)
+            process.send_signal(signal.SIGINT)
+            assert process.stderr is not None
+            told = b""
+            async with asyncio.timeout(HANG):
+                while b"SIGINT: stopping;" not in told:  # the first one is handled
+                    told += await process.stderr.readline()
+                process.send_signal(signal.SIGINT)
+                _, rest = await process.communicate()
+            err = told + rest
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            server.latency = 0
+        assert process.returncode == 1
+        assert "SIGINT: stopping now; requests in flight become maybe_sent" in err.decode()
+        found = records(out)
+        maybe = {r["number"] for r in found if r["outcome"] == "maybe_sent"}
+        assert maybe == set(server.stats.received), "maybe_sent is what reached the service"
+        assert len(maybe) == 20, "the one chunk in flight"
+        assert {r["outcome"] for r in found} <= {"maybe_sent", "not_sent"}, "nothing answered"
+        assert has_journal(out)
 
     async def test_a_second_run_on_the_same_output_is_refused_while_the_first_runs(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import stat
 import sys
 from collections.abc import AsyncIterator
@@ -15,7 +16,12 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from click.testing import CliRunner
 
+from dispatch_async._cli.callbacks import ServeConfig, _token
+from dispatch_async._cli.commands import cli as main
+from dispatch_async._cli.reconcile import _locked, _rewrite, reconcile
+from dispatch_async._cli.spec import Problem
 from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker, parse_event
 from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
 
@@ -592,3 +598,112 @@ def records_by_line(path: Path) -> dict[int, dict[str, Any]]:
         record = orjson.loads(raw)
         found.setdefault(record["line"], record)
     return found
+
+
+class TestCallbacksUsageInProcess:
+    """In-process (click's runner): what the callbacks commands refuse, and the token file."""
+
+    def invoke(self, *args: str) -> tuple[int, str]:
+        done = CliRunner().invoke(main, ["callbacks", *args], env={"DISPATCH_CALLBACK_TOKEN": None})
+        return done.exit_code, done.output.splitlines()[-1]
+
+    def test_serve_on_redis_needs_a_token_and_reconcile_one_store(self, tmp_path: Path) -> None:
+        assert self.invoke("serve", "--redis", "redis://127.0.0.1:9/0") == (
+            2, "Error: with --redis, give --token-file FILE or $DISPATCH_CALLBACK_TOKEN",
+        )  # fmt: skip
+        store = tmp_path / "d.sqlite3"
+        assert self.invoke(
+            "reconcile", "-o", str(tmp_path / "r.jsonl"), "--store", str(store),
+            "--redis", "redis://127.0.0.1:9/0", "--campaign-name", "c",
+        ) == (2, "Error: give --store FILE or --redis URL (one of them)")  # fmt: skip
+
+    def test_reconcile_against_a_redis_it_cannot_reach_exits_2_naming_it(
+        self, tmp_path: Path
+    ) -> None:
+        results = tmp_path / "r.jsonl"
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        results.write_text('{"line":2,"number":"+5511900000001","outcome":"maybe_sent"}\n')
+        code, last = self.invoke(
+            "reconcile", "-o", str(results), "--redis", f"redis://127.0.0.1:{port}/0",
+            "--campaign-name", "c",
+        )  # fmt: skip
+        assert code == 2
+        assert last.startswith("Error: ")
+
+    def test_a_token_file_given_wins_over_the_environment(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        token_file = tmp_path / "token"
+        token_file.write_text("from-the-file\n")
+        monkeypatch.setenv("DISPATCH_CALLBACK_TOKEN", "from-the-environment")
+        config = ServeConfig(
+            store=None, redis="redis://127.0.0.1:9/0", key_prefix="p", host="127.0.0.1",
+            port=0, path="cb", token_file=token_file, allowed_ips=(), max_body_bytes=1024,
+            verbose=0,
+        )  # fmt: skip
+        assert _token(config) == "from-the-file"
+
+
+class TestReconcileReadsOnlyResults:
+    """In-process: what reconcile refuses to read, and which records it counts."""
+
+    async def refusal(self, tmp_path: Path, results: Path) -> str:
+        async with DeliveryTracker(tmp_path / "d.sqlite3") as tracker:
+            with pytest.raises(Problem) as refused:
+                await reconcile(results, tracker, "c")
+        return refused.value.message
+
+    async def test_a_file_that_is_not_whole_records_is_refused_by_line(
+        self, tmp_path: Path
+    ) -> None:
+        results = tmp_path / "r.jsonl"
+        first = b'{"line":2,"number":"+5511900000001","outcome":"sent","id":"a"}\n'
+        cases = {
+            first + b"{not json\n": f"{results} line 2 is not a dispatch-async record",
+            first + b'{"line":3}\n': f"{results} line 2 is not a dispatch-async record",
+            first + b'["line", 3]\n': f"{results} line 2 is not a whole dispatch-async record",
+            first + first[:-1]: f"{results} line 2 is not a whole dispatch-async record",
+        }
+        for content, message in cases.items():
+            await asyncio.to_thread(results.write_bytes, content)
+            assert await self.refusal(tmp_path, results) == message
+        assert await self.refusal(tmp_path, tmp_path) == f"{tmp_path} is not a results file"
+
+    async def test_a_file_another_run_holds_is_refused(self, tmp_path: Path) -> None:
+        results = tmp_path / "r.jsonl"
+        await asyncio.to_thread(results.write_bytes, b"")
+        with _locked(results):
+            message = await self.refusal(tmp_path, results)
+        assert message == f"another dispatch-async run is using {results}"
+
+    async def test_only_the_first_record_of_a_line_and_only_maybe_sent_ones_count(
+        self, tmp_path: Path
+    ) -> None:
+        results = tmp_path / "r.jsonl"
+        lines = [
+            {"line": 2, "number": "+5511900000001", "outcome": "maybe_sent", "since": "soon"},
+            {"line": 2, "number": "+5511900000001", "outcome": "maybe_sent"},
+            {"line": 3, "number": "+5511900000002", "outcome": "not_sent"},
+            {"line": 4, "number": "", "outcome": "maybe_sent"},
+            {"line": 5, "number": "+5511900000003", "outcome": "maybe_sent",
+             "since": "2026-11-27T16:00:00"},  # no zone: not a moment to compare with
+        ]  # fmt: skip
+        content = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+        await asyncio.to_thread(results.write_bytes, content)
+        async with DeliveryTracker(tmp_path / "d.sqlite3") as tracker:
+            done = await reconcile(results, tracker, "c")
+        assert (done.maybe_sent, done.confirmed, done.left) == (2, 0, 2)
+        assert await asyncio.to_thread(results.read_bytes) == content, "nothing confirmed"
+
+    def test_a_rewrite_that_fails_leaves_the_results_as_they_were_and_no_scratch_file(
+        self, tmp_path: Path
+    ) -> None:
+        results = tmp_path / "r.jsonl"
+        content = b'{"line":2,"outcome":"maybe_sent"}\nnot a record\n'
+        results.write_bytes(content)
+        with pytest.raises(orjson.JSONDecodeError):
+            _rewrite(results, {2: b'{"line":2,"outcome":"sent"}\n'})
+        assert results.read_bytes() == content
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]

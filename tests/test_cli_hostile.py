@@ -6,15 +6,24 @@ Every test runs the real command as a subprocess against the simulator, as test_
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import re
 import resource
 import signal
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dispatch_async._cli.csv_input import csv_records
+from dispatch_async._cli.input import InputProblem, Row, open_rows
+from dispatch_async._cli.journal import JobFiles, stored_options
+from dispatch_async._cli.recorded import Recorded, fingerprint, fingerprints, new_record
+from dispatch_async._cli.source import Source, check_input
+from dispatch_async._cli.spec import InputSpec, Problem
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import (
     COMMAND,
@@ -244,6 +253,74 @@ class TestEditedInput:
         assert server.stats.received == Counter(numbers(40)), "each number once"
 
 
+class TestSourceInProcess:
+    """In-process: how a job's reader checks the input against what the job recorded."""
+
+    def recorded(self, line: int, number: str) -> Recorded:
+        recorded = new_record(False, None, max_line=100)
+        sent = {"line": line, "number": number, "outcome": "sent", "id": "a"}
+        recorded._add(json.dumps(sent).encode() + b"\n", "r.jsonl line 1")
+        return recorded
+
+    def test_a_changed_line_read_from_a_pipe_is_refused_as_it_is_read(self, tmp_path: Path) -> None:
+        one, two = numbers(2)
+        source = write_csv(tmp_path / "c.csv", "number", [two])
+        rows = open_rows(str(source))
+        reader = Source(rows, self.recorded(2, one), tmp_path / "r.jsonl")
+        try:
+            recorded_by = re.escape(f"the recipient {tmp_path / 'r.jsonl'} recorded for it")
+            with pytest.raises(Problem, match=f"^line 2 of the input is not {recorded_by}"):
+                reader.read(10)
+        finally:
+            rows.close()
+
+    def test_the_check_before_a_resume_ends_at_a_record_csv_cannot_read(
+        self, tmp_path: Path
+    ) -> None:
+        one, two = numbers(2)
+        recorded = self.recorded(4, one)
+        source = tmp_path / "c.csv"
+        source.write_text(f'number,name\n{one},Ana\n{one},"Bia"x\n{two},Caio\n')
+        check_input(InputSpec(str(source)), recorded, tmp_path / "r.jsonl")  # no refusal
+        source.write_text(f"number,name\n{one},Ana\n{one},Bia\n{two},Caio\n")
+        with pytest.raises(Problem, match=r"^line 4 of the input is not the recipient /"):
+            check_input(InputSpec(str(source)), recorded, tmp_path / "r.jsonl")
+
+    def test_a_long_run_of_lines_already_recorded_is_skipped_a_bounded_batch_at_a_time(
+        self, tmp_path: Path
+    ) -> None:
+        recorded = new_record(False, None, max_line=10_000)
+        for line in range(1, 4002):
+            sent = {"line": line, "number": "+5511900000001", "outcome": "sent", "id": "a"}
+            recorded._add(json.dumps(sent).encode() + b"\n", "r.jsonl")
+        source = tmp_path / "c.jsonl"
+        source.write_text('{"number": "+5511900000001"}\n' * 4002)
+        rows = open_rows(str(source))
+        reader = Source(rows, recorded, tmp_path / "r.jsonl")
+        try:
+            first = reader.read(10)
+            assert (first.skipped, len(first.rows), first.end) == (4000, 0, False)
+            second = reader.read(10)
+            assert (second.skipped, len(second.rows), second.end) == (1, 1, True)
+        finally:
+            rows.close()
+
+    def test_a_long_run_of_malformed_rows_is_settled_a_bounded_batch_at_a_time(
+        self, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.jsonl"
+        source.write_text("{}\n" * 4001 + json.dumps({"number": numbers(1)[0]}) + "\n")
+        rows = open_rows(str(source))
+        reader = Source(rows, new_record(False, None, max_line=10_000), None)
+        try:
+            first = reader.read(10)
+            assert (len(first.records), len(first.rows), first.end) == (4000, 0, False)
+            second = reader.read(10)
+            assert (len(second.records), len(second.rows), second.end) == (1, 1, True)
+        finally:
+            rows.close()
+
+
 class TestDedupeAcrossResume:
     @pytest.mark.parametrize("prevalidate", [False, True], ids=["raw", "e164"])
     async def test_dedupe_holds_across_a_kill_and_resume(
@@ -320,6 +397,51 @@ class TestBrokenCsv:
         assert "Traceback" not in run.stderr
         assert "line 2 of the input is not valid CSV" in run.stderr
         assert self.PLANTED not in run.stdout + run.stderr
+
+
+class TestCsvShapesInProcess:
+    """In-process: CSV files of unusual shapes, read as a job reads them."""
+
+    def rows(self, path: Path, **how: Any) -> list[Row]:
+        rows = open_rows(str(path), "csv", **how)
+        try:
+            return list(rows)
+        finally:
+            rows.close()
+
+    def test_an_empty_file_has_no_rows_and_exports_none(self, tmp_path: Path) -> None:
+        empty = tmp_path / "c.csv"
+        empty.write_bytes(b"\n\n")
+        assert self.rows(empty) == []
+        with csv_records(str(empty)) as (layout, found):
+            assert (layout.header, list(found)) == (None, [])
+
+    def test_blank_lines_before_the_header_keep_the_files_line_numbers(
+        self, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.csv"
+        source.write_text("\n ,  \n\nnumber,,name\n+5511900000001,x,Ana\n")
+        [row] = self.rows(source)
+        assert (row.line, row.number, row.message) == (
+            5, "+5511900000001", {"number": "+5511900000001", "vars": {"name": "Ana"}},
+        )  # fmt: skip
+
+    def test_a_header_csv_cannot_parse_is_refused_with_its_line(self, tmp_path: Path) -> None:
+        source = tmp_path / "c.csv"
+        source.write_text('\n"Nome"x;number\n+5511900000001;Ana\n')
+        with pytest.raises(InputProblem, match=r"^the CSV header \(line 2\) is unreadable: "):
+            self.rows(source)
+        source.write_text("n" * (9 << 20) + "\n")  # over any field limit: no separator found
+        with pytest.raises(InputProblem, match=r"^the CSV header \(line 1\) is unreadable: "):
+            self.rows(source)
+
+    def test_a_short_row_whose_number_is_not_in_the_encoding_gets_no_number(
+        self, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "c.csv"
+        source.write_bytes(b"number,name\n+55119\xff\n")
+        [row] = self.rows(source, encoding="utf-8")
+        assert (row.line, row.number, row.problem) == (2, None, "expected 2 fields, found 1")
 
 
 class TestInvalidUtf8:
@@ -422,6 +544,106 @@ class TestCorruptJobFiles:
         assert run.code == 2, run.stderr
         assert "Traceback" not in run.stderr
         assert not server.stats.received
+
+
+class TestJobFilesInProcess:
+    """In-process: the output and its journal, refused or repaired before a row is read."""
+
+    HEADER = b"dispatch-async journal 1\n"
+
+    def start(self, out: Path, *, resume: bool = True) -> None:
+        files = JobFiles(out, max_line=100)
+        try:
+            files.start(resume=resume, resend_maybe_sent=False, dedupe=None)
+        finally:
+            files.close()
+
+    def refusal(self, out: Path) -> Problem:
+        with pytest.raises(Problem) as refused:
+            self.start(out)
+        return refused.value
+
+    def test_an_output_that_cannot_be_one_is_refused_by_name(self, tmp_path: Path) -> None:
+        assert self.refusal(tmp_path).message == f"--output {tmp_path} is a directory"
+        nowhere = tmp_path / "no" / "r.jsonl"
+        assert self.refusal(nowhere).message == (
+            f"the directory of --output {nowhere} does not exist"
+        )
+        out = tmp_path / "r.jsonl"
+        (tmp_path / "r.jsonl.pending").mkdir()
+        refused = self.refusal(out)
+        assert refused.message == f"cannot use {tmp_path}/r.jsonl.pending: Is a directory"
+        assert refused.exit_code == 2
+
+    def test_a_journal_that_is_not_one_or_whose_entry_is_corrupt_is_refused(
+        self, tmp_path: Path
+    ) -> None:
+        out, journal = tmp_path / "r.jsonl", tmp_path / "r.jsonl.pending"
+        cases = {
+            b"lines 1-3 went out\n": "is not a dispatch-async journal",
+            self.HEADER + b"1-2 !!!not base64\n": "fingerprints do not match its lines",
+            self.HEADER + b"1-2 " + base64.b64encode(b"1234") + b"\n": "fingerprints do not",
+        }
+        for content, message in cases.items():
+            journal.write_bytes(content)
+            assert message in self.refusal(out).message
+            assert journal.read_bytes() == content, "a journal refused is left as it was"
+        journal.write_bytes(b"lines 1-3 went out\n")
+        with pytest.raises(Problem, match="is not a dispatch-async journal"):  # --dry-run's
+            JobFiles(out, max_line=100).inspect(resend_maybe_sent=False, dedupe=None)
+
+    def test_a_torn_last_entry_is_cut_off_and_an_end_without_reset_is_ignored(
+        self, tmp_path: Path
+    ) -> None:
+        out, journal = tmp_path / "r.jsonl", tmp_path / "r.jsonl.pending"
+        journal.write_bytes(self.HEADER + b"1-2\nend\n3-")
+        files = JobFiles(out, max_line=100)
+        recorded = files.inspect(resend_maybe_sent=False, dedupe=None)
+        assert [recorded.is_pending(line) for line in (1, 2, 3)] == [True, True, False]
+        self.start(out)
+        # "3-" is cut off; then the pending lines (without fingerprints: version 1) follow.
+        assert journal.read_bytes() == self.HEADER + b"1-2\nend\nreset\n1-2 AAAAAAAAAAA=\nend\n"
+
+    def test_a_dry_run_of_a_job_never_started_finds_nothing_recorded(self, tmp_path: Path) -> None:
+        files = JobFiles(tmp_path / "r.jsonl", max_line=100)
+        recorded = files.inspect(resend_maybe_sent=False, dedupe=None)
+        assert (recorded.recorded_lines, recorded.pending_lines) == (0, 0)
+        files.append([b"{}"])  # not started: nothing to append to, nothing written
+        files.sync()
+        assert not (tmp_path / "r.jsonl").exists()
+
+    def test_a_last_record_complete_but_for_its_newline_is_kept(self, tmp_path: Path) -> None:
+        out = tmp_path / "r.jsonl"
+        out.write_bytes(
+            b'{"line":1,"number":"+5511900000001","outcome":"sent","id":"a"}\n'
+            b'{"line":2,"number":"+5511900000002","outcome":"sent","id":"b"}'
+        )
+        (tmp_path / "r.jsonl.pending").write_bytes(self.HEADER)
+        self.start(out)
+        assert out.read_bytes().endswith(b'"id":"b"}\n')
+
+    def test_an_output_record_that_is_not_one_is_refused_and_a_repeat_not_kept(self) -> None:
+        recorded = new_record(False, None, max_line=100)
+        where = "r.jsonl line 7"
+        with pytest.raises(Problem, match=f"^{where} is not a dispatch-async record; fix"):
+            recorded._add(b"[1, 2]\n", where)
+        with pytest.raises(Problem, match=f"^{where} has no valid line and outcome; fix"):
+            recorded._add(b'{"line": 0, "outcome": "sent"}\n', where)
+        sent = b'{"line": 2, "number": "+5511900000001", "outcome": "sent", "id": "a"}\n'
+        assert recorded._add(sent, where)
+        assert not recorded._add(sent, where)
+        assert (recorded.duplicates, recorded.kept["sent"]) == (1, 1)
+
+    def test_a_number_holding_a_line_break_has_the_fingerprint_of_its_own(self) -> None:
+        numbers_ = ["+5511900000001", "+55 11\n900000002", "+5511900000003"]
+        assert list(fingerprints(numbers_)) == [fingerprint(n) for n in numbers_]
+
+    def test_stored_options_that_are_not_an_object_are_refused(self, tmp_path: Path) -> None:
+        out, journal = tmp_path / "r.jsonl", tmp_path / "r.jsonl.pending"
+        for header in (b"dispatch-async journal 3 {not json\n", b"dispatch-async journal 3 {}]\n"):
+            journal.write_bytes(header)
+            with pytest.raises(Problem, match="has a header that is not a job's options"):
+                stored_options(out)
 
 
 class TestStoredOptions:

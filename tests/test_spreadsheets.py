@@ -8,6 +8,8 @@ whose counters show what reached the service, and how often.
 
 from __future__ import annotations
 
+import io
+import json
 import re
 import shutil
 from collections import Counter
@@ -15,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from dispatch_async._cli.export import ExportSpec, run_export
+from dispatch_async._cli.spec import Problem
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import (
     by_line,
@@ -594,6 +598,141 @@ class TestExport:
         refused = await dispatch_async("export", foreign, "-i", excel, env=env)
         assert refused.code == 2
         assert "does not name a line of the input" in refused.stderr
+
+
+def record(line: int, outcome: str, **more: str) -> str:
+    return json.dumps({"line": line, "number": "+5511900000001", "outcome": outcome, **more})
+
+
+def results_file(path: Path, *lines: str) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+class TestExportRefusals:
+    """In-process: what export refuses, with one clear line."""
+
+    def refusal(self, spec: ExportSpec) -> Problem:
+        with pytest.raises(Problem) as refused:
+            run_export(spec, io.StringIO())
+        return refused.value
+
+    def test_what_it_is_asked_for_must_make_sense(self, tmp_path: Path) -> None:
+        results = results_file(tmp_path / "r.jsonl", record(2, "not_sent"))
+        out = tmp_path / "retry.csv"
+        csv_in = write_csv(tmp_path / "c.csv", "number", ["+5511900000001"])
+        unknown = ExportSpec(results, frozenset({"failed"}), str(csv_in), output=out)
+        assert self.refusal(unknown).message == (
+            "--outcome failed: not one of sent, invalid, not_sent, maybe_sent"
+        )
+        jsonl_in = tmp_path / "c.jsonl"
+        jsonl_in.write_text('{"number": "+5511900000001"}\n')
+        reasons = ExportSpec(
+            results, frozenset({"not_sent"}), str(jsonl_in), output=out, with_reason=True
+        )
+        assert self.refusal(reasons).message.startswith("--with-reason adds columns to a CSV")
+        assert not out.exists()
+
+    def test_files_it_cannot_read_or_write_are_named_with_why(self, tmp_path: Path) -> None:
+        results = results_file(tmp_path / "r.jsonl", record(2, "not_sent"))
+        csv_in = write_csv(tmp_path / "c.csv", "number", ["+5511900000001"])
+        wanted = frozenset({"not_sent"})
+        cases = {
+            f"cannot read {tmp_path}: Is a directory": ExportSpec(tmp_path, wanted, str(csv_in)),
+            f"cannot write {tmp_path}/no/retry.csv: No such file or directory": ExportSpec(
+                results, wanted, str(csv_in), output=tmp_path / "no" / "retry.csv"
+            ),
+            f"cannot read {tmp_path}/gone.jsonl: No such file or directory": ExportSpec(
+                results, wanted, str(tmp_path / "gone.jsonl"), output=tmp_path / "a.jsonl"
+            ),
+            f"cannot read {tmp_path}/gone.csv: No such file or directory": ExportSpec(
+                results, wanted, str(tmp_path / "gone.csv"), output=tmp_path / "a.csv"
+            ),
+        }
+        for message, spec in cases.items():
+            assert self.refusal(spec).message == message
+
+    def test_a_results_line_that_is_not_a_record_is_named(self, tmp_path: Path) -> None:
+        results = results_file(tmp_path / "r.jsonl", record(2, "not_sent"), '{"line": 3}')
+        csv_in = write_csv(tmp_path / "c.csv", "number", ["+5511900000001", "+5511900000002"])
+        spec = ExportSpec(results, frozenset({"not_sent"}), str(csv_in), output=tmp_path / "x")
+        assert self.refusal(spec).message == f"{results} line 2 is not a dispatch-async record"
+
+    def test_an_input_csv_cannot_parse_fails_the_export_and_one_it_cannot_decode_is_refused(
+        self, tmp_path: Path
+    ) -> None:
+        results = results_file(tmp_path / "r.jsonl", record(2, "not_sent"), record(3, "sent"))
+        broken = tmp_path / "broken.csv"
+        broken.write_bytes(b'number,name\n+5511900000001,"Ana"x\n+5511900000002,Bia\n')
+        spec = ExportSpec(results, frozenset({"not_sent"}), str(broken), output=tmp_path / "a")
+        unreadable = self.refusal(spec)
+        assert unreadable.exit_code == 1
+        assert unreadable.message.startswith(f"{broken}: line 2 of the input is not valid CSV")
+        undecodable = tmp_path / "undecodable.csv"
+        undecodable.write_bytes(b"number,name\n+5511900000001,\x81\x8d\x8f\x90\x9d\n")
+        spec = ExportSpec(results, frozenset({"not_sent"}), str(undecodable), output=tmp_path / "b")
+        refused = self.refusal(spec)
+        assert refused.exit_code == 2
+        assert refused.message.startswith(f"{undecodable}: ")
+
+
+class TestExportChoosesRows:
+    """In-process: which rows an export writes, and how."""
+
+    def test_a_line_recorded_twice_is_exported_by_its_first_record(self, tmp_path: Path) -> None:
+        results = results_file(
+            tmp_path / "r.jsonl",
+            record(2, "not_sent", error="x"),
+            record(3, "sent", id="m-3"),
+            record(3, "not_sent", error="x"),
+        )
+        csv_in = write_csv(tmp_path / "c.csv", "number", ["+5511900000001", "+5511900000002"])
+        out = tmp_path / "retry.csv"
+        err = io.StringIO()
+        spec = ExportSpec(results, frozenset({"not_sent"}), str(csv_in), output=out)
+        assert run_export(spec, err) == 0
+        assert out.read_text() == "number\n+5511900000001\n"
+        assert "1 row of" in err.getvalue()
+
+    def test_a_headerless_input_read_with_columns_is_written_without_a_header(
+        self, tmp_path: Path
+    ) -> None:
+        results = results_file(tmp_path / "r.jsonl", record(1, "sent"), record(2, "not_sent"))
+        csv_in = tmp_path / "c.csv"
+        csv_in.write_text("+5511900000001,Ana\n+5511900000002,Bia\n")
+        out = tmp_path / "retry.csv"
+        spec = ExportSpec(
+            results, frozenset({"not_sent"}), str(csv_in), columns=("number", "name"), output=out
+        )
+        assert run_export(spec, io.StringIO()) == 0
+        assert out.read_text() == "+5511900000002,Bia\n"
+
+    def test_with_reason_on_an_earlier_export_fills_its_outcome_and_reason_columns(
+        self, tmp_path: Path
+    ) -> None:
+        earlier = tmp_path / "fix.csv"
+        earlier.write_text(
+            "number,Outcome,name,reason\n+5511900000001,invalid,Ana,old\n+5511900000002\n"
+        )
+        results = results_file(
+            tmp_path / "r.jsonl",
+            record(2, "invalid", reason="blocked", detail="by the carrier"),
+            record(3, "not_sent", error="=1+1"),
+        )
+        out = tmp_path / "fix2.csv"
+        spec = ExportSpec(
+            results,
+            frozenset({"invalid", "not_sent"}),
+            str(earlier),
+            output=out,
+            with_reason=True,
+        )
+        assert run_export(spec, io.StringIO()) == 0
+        assert out.read_text().splitlines() == [
+            "number,Outcome,name,reason",
+            "+5511900000001,invalid,Ana,blocked: by the carrier",
+            "+5511900000002,not_sent,,'=1+1",
+        ]
 
 
 class TestRecords:

@@ -21,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .commands import cli
     except ImportError as exc:
         if exc.name not in ("click", "tqdm", "phonenumbers", "aiolimiter"):
-            raise
+            raise  # pragma: no cover - a broken installation, not a missing extra
         sys.stderr.write(f"dispatch-async: {INSTALL_HINT} ({exc.name} is missing)\n")
         raise SystemExit(2) from None
     cli.main(args=list(argv) if argv is not None else None, prog_name="dispatch-async")

@@ -4,5 +4,5 @@ from __future__ import annotations
 
 from . import main
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # pragma: no branch - this module is only ever run
     main()

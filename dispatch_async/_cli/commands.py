@@ -11,7 +11,7 @@ import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import attrs
 import click
@@ -377,7 +377,6 @@ def _send(target: Target | None, options: dict[str, Any]) -> None:
         raise click.UsageError("Missing option '-i' / '--input'.")
     if options["queue"]:
         _enqueue(target, options)
-        return
     if options["job"]:
         raise click.UsageError("--job goes with --queue")
     spec = attrs.evolve(_spec(target, options), job_options=job_options(target, options))
@@ -399,7 +398,7 @@ _NOT_QUEUED = (
 )
 
 
-def _enqueue(target: Target, options: dict[str, Any]) -> None:
+def _enqueue(target: Target, options: dict[str, Any]) -> NoReturn:
     from .report import run_enqueue
 
     if not options["job"]:
@@ -467,7 +466,7 @@ def _stored(ctx: click.Context, output: Path) -> dict[str, Any] | None:
         raise Problem(f"cannot read the journal of {output}: {exc.strerror}") from None
 
 
-def _exit(run: Callable[[], int]) -> None:
+def _exit(run: Callable[[], int]) -> NoReturn:
     try:
         code = run()
     except Problem as problem:

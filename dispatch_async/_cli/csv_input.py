@@ -84,11 +84,15 @@ def csv_rows(
     pairs, the vars those columns become (with *only_vars*, the only ones).
     """
     text, found = _text(stream, encoding)
-    reader, rows.layout = _start_csv(text, delimiter, columns, found)
-    if reader is None:
-        _detach(text)
-        return
-    records = _csv_records(reader, rows.layout, number_column, rows, variables, only_vars)
+    try:
+        reader, rows.layout = _start_csv(text, delimiter, columns, found)
+        if reader is None:
+            _detach(text)
+            return
+        records = _csv_records(reader, rows.layout, number_column, rows, variables, only_vars)
+    except BaseException:
+        _detach(text)  # a refused header: the stream is the caller's (stdin stays open)
+        raise
     rows._rows = _detached_at_end(records, text)
 
 

@@ -400,13 +400,13 @@ def _sync_dir(path: Path) -> None:
     """
     try:
         fd = os.open(path.parent if str(path.parent) else ".", os.O_RDONLY)
-    except OSError as exc:  # e.g. Windows cannot open a directory
+    except OSError as exc:  # pragma: no cover - Windows cannot open a directory; POSIX can
         if exc.errno in DISK_ERRORS:
             raise
         return
     try:
         os.fsync(fd)
-    except OSError as exc:  # some filesystems refuse (EINVAL)
+    except OSError as exc:  # pragma: no cover - some filesystems refuse (EINVAL); tmp does not
         if exc.errno in DISK_ERRORS:
             raise
     finally:

@@ -199,7 +199,7 @@ def _locked(results: Path) -> Iterator[None]:
     """Hold the lock ``send`` takes on its output, or refuse like a second run would."""
     descriptor = os.open(os.path.realpath(results), os.O_RDONLY)
     try:
-        if fcntl is not None:
+        if fcntl is not None:  # pragma: no branch - None only on Windows
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

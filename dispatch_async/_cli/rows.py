@@ -61,9 +61,6 @@ class Rows:
     def __iter__(self) -> Iterator[Row]:
         return self._rows
 
-    def __next__(self) -> Row:
-        return next(self._rows)
-
     def close(self) -> None:
         if self._owned:
             self._stream.close()

@@ -261,7 +261,7 @@ class SendJob:
             # A failed record (a write error) leaves the SDK's generator suspended; close it
             # here, in its own task, rather than at loop shutdown.
             aclose = getattr(parts, "aclose", None)
-            if aclose is not None:
+            if aclose is not None:  # pragma: no branch - the SDK streams are async generators
                 await aclose()
 
     def _on_signal(self, signum: int) -> None:
