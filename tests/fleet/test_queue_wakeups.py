@@ -642,7 +642,6 @@ class TestTakingOverFromAWorkerGoneQuiet:
         assert [e[0] for e in handled.entries] == [entry]
         assert looks == consumer_module._SCANS  # one look, of a bounded number of calls
 
-
     async def test_an_entry_this_worker_still_handles_is_not_taken_over_by_its_other_slot(
         self, redis_server: str, prefix: str
     ) -> None:
