@@ -923,8 +923,9 @@ class TestFlagsRefusedBeforeAnything:
             f"Error: --client-secret-file {secret} is empty"
         )
         secret.write_bytes(b"\xff\xfe s3cr3t")
-        assert self.refused(tmp_path, "--client-secret-file", str(secret)).startswith(
-            f"Error: cannot read --client-secret-file {secret}: "
+        # Not Python's decoding error: it quotes a byte of the secret, and its position.
+        assert self.refused(tmp_path, "--client-secret-file", str(secret)) == (
+            f"Error: cannot read --client-secret-file {secret}: it is not UTF-8 text"
         )
 
 

@@ -387,8 +387,14 @@ def _client_secret(path: Path | None) -> str | None:
         return os.environ.get(_SECRET_VARIABLE) or None
     try:
         secret = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.UsageError(f"cannot read --client-secret-file {path}: {exc}") from None
+    except OSError as exc:
+        raise click.UsageError(
+            f"cannot read --client-secret-file {path}: {exc.strerror or exc}"
+        ) from None
+    except UnicodeDecodeError:  # its text would quote a byte of the secret
+        raise click.UsageError(
+            f"cannot read --client-secret-file {path}: it is not UTF-8 text"
+        ) from None
     if not secret:
         raise click.UsageError(f"--client-secret-file {path} is empty")
     return secret
