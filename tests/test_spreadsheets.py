@@ -651,6 +651,9 @@ class TestExportRefusals:
         }
         for message, spec in cases.items():
             assert self.refusal(spec).message == message
+        # Nothing is left behind under -o: the corrected command would find it "exists".
+        assert not (tmp_path / "a.jsonl").exists()
+        assert not (tmp_path / "a.csv").exists()
 
     def test_a_results_line_that_is_not_a_record_is_named(self, tmp_path: Path) -> None:
         results = results_file(tmp_path / "r.jsonl", record(2, "not_sent"), '{"line": 3}')

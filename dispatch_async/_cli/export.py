@@ -262,9 +262,14 @@ def _destination(output: Path | None) -> Iterator[IO[bytes]]:
     except OSError as exc:
         raise Problem(f"cannot write {output}: {exc.strerror}") from None
     with sink:
-        yield sink
-        sink.flush()
-        os.fsync(sink.fileno())
+        try:
+            yield sink
+            sink.flush()
+            os.fsync(sink.fileno())
+        except BaseException:
+            # Not a partial export, and not a file in the way of the command run again.
+            output.unlink(missing_ok=True)
+            raise
 
 
 def _write_jsonl(path: str, status: bytearray, sink: IO[bytes]) -> int:
