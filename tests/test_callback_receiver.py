@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -15,7 +15,9 @@ import aiohttp
 import httpx
 import orjson
 import pytest
-from aiohttp import web
+from aiohttp import StreamReader, web
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.test_utils import make_mocked_request
 from fastapi import FastAPI
 
 import dispatch_async as da
@@ -212,6 +214,17 @@ class TestStores:
         assert (await post(event_body()))[0] == 200
         assert await tracker.message("m-1") is not None
 
+    async def test_a_body_sent_in_chunks_without_a_length_is_stored(
+        self, post: Post, tracker: DeliveryTracker
+    ) -> None:
+        async def chunks() -> AsyncIterator[bytes]:
+            body = event_body()
+            for start in range(0, len(body), 100):
+                yield body[start : start + 100]
+
+        assert (await post(chunks)) == (200, {"status": "stored"})
+        assert await tracker.message("m-1") is not None
+
     async def test_a_closed_tracker_gets_503(self, post: Post, tracker: DeliveryTracker) -> None:
         await tracker.aclose()
         assert (await post(event_body()))[0] == 503
@@ -358,6 +371,22 @@ class TestSlowCallers:
             await asgi_app(receiver)(scope, receive, send)
         assert sent[0]["status"] == 408
 
+    async def test_a_body_ending_before_its_content_length_gets_400_from_aiohttp(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        # aiohttp's own request, its body ending early (a real server ends a short body with
+        # ConnectionResetError instead, the test below).
+        payload = StreamReader(BaseProtocol(asyncio.get_running_loop()), 2**16)
+        payload.feed_data(event_body()[:20])
+        payload.feed_eof()
+        request = make_mocked_request(
+            "POST", f"/callbacks/{TOKEN}", headers={"Content-Length": "100"}, payload=payload
+        )
+        answer = await aiohttp_handler(CallbackReceiver(tracker, token=TOKEN))(request)
+        assert answer.status == 400
+        assert answer.body == b'{"error":"the body ended before its Content-Length"}'
+        assert await tracker.message("m-1") is None
+
     async def test_a_caller_hanging_up_mid_body_is_no_error(
         self, tracker: DeliveryTracker, caplog: pytest.LogCaptureFixture
     ) -> None:
@@ -377,15 +406,15 @@ class TestTheASGIAppOnItsOwn:
     @staticmethod
     async def _run(
         receiver: CallbackReceiver, messages: list[dict[str, Any]], **scope: Any
-    ) -> list[dict[str, Any]]:
+    ) -> list[MutableMapping[str, Any]]:
         """Runs the app on one scope fed ``messages``; what it sent back."""
-        incoming = list(messages)
-        sent: list[dict[str, Any]] = []
+        incoming: list[MutableMapping[str, Any]] = list(messages)
+        sent: list[MutableMapping[str, Any]] = []
 
-        async def receive() -> dict[str, Any]:
+        async def receive() -> MutableMapping[str, Any]:
             return incoming.pop(0)
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             sent.append(message)
 
         whole = {
