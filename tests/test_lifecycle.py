@@ -211,6 +211,22 @@ class TestCancellation:
         assert isinstance(failure.error, TimeoutError)
         assert failure.maybe_sent is True
 
+    async def test_an_aiohttp_client_timeout_is_used_as_given(
+        self, server: FakeDispatchServer
+    ) -> None:
+        server.script(Fault.hang())
+        async with da.DispatchSession(
+            server.url,
+            client_secret=SECRET,
+            account="acme",
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=0.1),
+        ) as session:
+            async with asyncio.timeout(5):  # not the 30 s of a default timeout
+                result = await session.send_basic([NUMBER], text="x")
+        [failure] = result.failed
+        assert isinstance(failure.error, da.RequestTimeoutError)
+        assert failure.maybe_sent is True
+
 
 class TestFromEnvironment:
     async def test_reads_the_three_variables(
