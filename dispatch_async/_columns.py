@@ -9,6 +9,7 @@ strings or ints, which the garbage collector soon stops tracking).
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import Any, TypeVar, overload
@@ -27,8 +28,9 @@ class _Lazy(Sequence[_T]):
         self._length = length
         self._items: tuple[_T, ...] | None = None
 
+    @abstractmethod
     def _iterate(self) -> Iterator[_T]:
-        raise NotImplementedError
+        """The items, from the parts."""
 
     def _release(self) -> None:
         """Drop what the tuple now holds (the parts, the rows)."""

@@ -66,15 +66,14 @@ class Lifecycle:
 
     def closed(self) -> None:
         self.state = State.CLOSED
-        if self.closing is not None and not self.closing.done():
+        if self.closing is not None:  # None: never opened
             self.closing.set_result(None)
 
     async def unless_closed(self, work: Coroutine[Any, Any, T]) -> T:
         """*work*'s result; SessionClosedError, *work* cancelled, if the session closes first."""
+        assert self.closing is not None, "a session is opened before its calls start"
         task = asyncio.ensure_future(work)
-        waiting: set[asyncio.Future[Any]] = {task}
-        if self.closing is not None:
-            waiting.add(self.closing)
+        waiting: set[asyncio.Future[Any]] = {task, self.closing}
         try:
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:

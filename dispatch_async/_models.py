@@ -329,9 +329,7 @@ class DispatchResult:
         return self
 
 
-def merge_results(
-    parts: Iterable[DispatchResult], positions: range | None = None
-) -> DispatchResult:
+def merge_results(parts: Iterable[DispatchResult]) -> DispatchResult:
     """Join chunk results, in input order, into one: linear in the number of recipients.
 
     The columns are joined lazily (see ``_columns``): merging costs nothing per
@@ -350,11 +348,9 @@ def merge_results(
         unexpected.extend(part.unexpected)
         requests += part.requests
         retries += part.retries
-    if positions is None:
-        end = max((p.positions.stop for p in ordered), default=0)
-        positions = range(ordered[0].positions.start if ordered else 0, end)
+    end = max((p.positions.stop for p in ordered), default=0)
     return DispatchResult(
-        positions,
+        range(ordered[0].positions.start if ordered else 0, end),
         valid_messages(*valid.columns(), valid.third()),
         invalid_messages(*invalid.columns()),
         failed,
@@ -375,25 +371,16 @@ class _Columns:
         self.thirds: list[Sequence[str | None] | None] = []
 
     def extend(self, items: Sequence[Any]) -> None:
-        if isinstance(items, _Outcomes):
-            if not items:
-                return
-            self.first.append(items._first)
-            self.second.append(items._second)
-            self.positions.append(items._positions)
-            self.thirds.append(items._third)
-            if items._refs and not any(r is items._refs for r in self.refs):
-                self.refs.append(items._refs)
+        # The parts are a call's chunk results, built by _matching: always _Outcomes.
+        assert isinstance(items, _Outcomes), "a chunk result holds its outcomes as columns"
+        if not items:
             return
-        # A result built by hand, e.g. in a caller's test.
-        rows = [attrs.astuple(item, recurse=False) for item in items]
-        self.first.append(tuple(row[0] for row in rows))
-        self.second.append(tuple(row[1] for row in rows))
-        self.positions.append(tuple(row[2] for row in rows))
-        self.thirds.append(tuple(row[4] for row in rows) if rows and len(rows[0]) > 4 else None)
-        refs = {row[2]: row[3] for row in rows if row[3] is not None}
-        if refs:
-            self.refs.append(refs)
+        self.first.append(items._first)
+        self.second.append(items._second)
+        self.positions.append(items._positions)
+        self.thirds.append(items._third)
+        if items._refs and not any(r is items._refs for r in self.refs):
+            self.refs.append(items._refs)
 
     def third(self) -> Sequence[str | None] | None:
         """The parts' last columns joined, None-filled where a part has none; None if none has."""

@@ -26,6 +26,7 @@ from ._exceptions import (
     RequestTimeoutError,
     ResponseTooLargeError,
     SessionClosedError,
+    TransportError,
 )
 
 __all__ = [
@@ -150,8 +151,8 @@ class Transport:
         *request_timeout* replaces the transport's own timeout for this request.
         """
         session = self._session
-        if session is None:
-            raise SessionClosedError("the session is not open")
+        if session is None:  # defensive: opened before any call; a call racing the close
+            raise SessionClosedError("the session is not open")  # pragma: no cover
         url = self.url(path)
         headers = {"User-Agent": self._user_agent, **headers}
         body = _Body(data) if isinstance(data, bytes) else None
@@ -168,24 +169,28 @@ class Transport:
             ) as response:
                 content = await _read_capped(response)
                 return Answer(response.status, response.headers, content)
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            raise ConnectError(
-                f"could not connect to {url.host}:{url.port}: {_unreached(exc)}"
-            ) from _cause(exc)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            if body is not None and not body.handed_over:
-                raise ConnectError(
-                    f"the connection to {url.host} failed before the request was written "
-                    f"whole ({_safe(exc)}): the service cannot have acted on it"
-                ) from _cause(exc)
-            if not isinstance(exc, TimeoutError):
-                raise ConnectionLostError(
-                    f"the connection to {url.host} failed after the request may have been "
-                    f"sent: {_safe(exc)}"
-                ) from _cause(exc)
-            raise RequestTimeoutError(
-                f"no complete answer from {url.host} in time ({type(exc).__name__})"
-            ) from _cause(exc)
+            failure, cause = _failure(exc, url, body), _cause(exc)
+        # Raised out here: raised inside the except block, the error would keep aiohttp's
+        # exception as its __context__ even when not chained to it (see _cause).
+        raise failure from cause
+
+
+def _failure(exc: BaseException, url: URL, body: _Body | None) -> TransportError:
+    """The error for a request that got no answer: whether it may have been acted on."""
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        return ConnectError(f"could not connect to {url.host}:{url.port}: {_unreached(exc)}")
+    if body is not None and not body.handed_over:
+        return ConnectError(
+            f"the connection to {url.host} failed before the request was written "
+            f"whole ({_safe(exc)}): the service cannot have acted on it"
+        )
+    if not isinstance(exc, TimeoutError):
+        return ConnectionLostError(
+            f"the connection to {url.host} failed after the request may have been "
+            f"sent: {_safe(exc)}"
+        )
+    return RequestTimeoutError(f"no complete answer from {url.host} in time ({type(exc).__name__})")
 
 
 class _Body(aiohttp.payload.BytesPayload):
@@ -198,7 +203,9 @@ class _Body(aiohttp.payload.BytesPayload):
 
     handed_over = False
 
-    async def write(self, writer: AbstractStreamWriter) -> None:
+    # aiohttp < 3.12 (pyproject allows 3.10) writes the body with write(); later ones
+    # call write_with_length() instead.
+    async def write(self, writer: AbstractStreamWriter) -> None:  # pragma: no cover
         await super().write(writer)
         self.handed_over = True
 

@@ -8,6 +8,8 @@ in test_callback_receiver.py, on this server as on the mounted ones.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -141,6 +143,46 @@ class TestBodies:
         assert (await answer(reader))[0] == 200
         assert await server.tracker.message("m-slow") is not None
 
+    async def test_a_chunked_body_arriving_in_pieces_is_waited_for(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        body = event("m-pieces")
+        head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        pieces = [
+            head.encode() + b"%x" % len(body),  # a chunk size line, unfinished
+            b"\r\n" + body[:5],  # a chunk without all its data
+            body[5:] + b"\r\n0\r\n",  # the last chunk, without its trailer
+            b"Trailer: x\r\n\r\n",
+        ]
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            for _ in range(3):  # yield to the loop: the server reads each piece on its own
+                await asyncio.sleep(0)
+        assert (await answer(reader))[0] == 200
+        assert await server.tracker.message("m-pieces") is not None
+        writer.write(post(event("m-after")))  # the connection is still in step
+        assert (await answer(reader))[0] == 200
+
+    async def test_empty_lines_before_a_request_are_skipped(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        writer.write(b"\r\n\r\n" + post(event("m-1")) + b"\r\n" + post(event("m-2")))
+        assert [(await answer(reader))[0] for _ in range(2)] == [200, 200]
+        assert await server.tracker.message("m-2") is not None
+
+    async def test_a_head_too_large_to_remember_is_read_each_time(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        padding = f"X-Padding: {'x' * 2000}\r\n"
+        for reference in ("m-1", "m-2"):
+            writer.write(post(event(reference), headers=padding))
+            assert (await answer(reader))[0] == 200
+            assert await server.tracker.message(reference) is not None
+
     async def test_expect_100_continue_gets_100_before_the_body_is_sent(
         self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
     ) -> None:
@@ -184,6 +226,28 @@ class TestRefusals:
         assert await server.tracker.message("m-1") is None
         assert await server.tracker.message("m-2") is None
 
+    @pytest.mark.parametrize(
+        "chunks",
+        [
+            b"zz\r\n{}\r\n0\r\n\r\n",  # a size that is not hexadecimal
+            b"2\r\n{}}\r\n0\r\n\r\n",  # more data than the size said
+            b"2" * 2000,  # a size line that never ends
+        ],
+    )
+    async def test_a_chunked_body_it_cannot_read_gets_400_and_the_connection_closed(
+        self,
+        server: CallbackServer,
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        chunks: bytes,
+    ) -> None:
+        reader, writer = connection
+        head = f"POST {PATH} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+        writer.write(head + chunks)
+        status, headers, body = await answer(reader)
+        assert (status, headers["connection"]) == (400, "close")
+        assert b"chunk" in body
+        assert await closed(reader)
+
     async def test_another_transfer_coding_gets_501(
         self, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
     ) -> None:
@@ -192,7 +256,13 @@ class TestRefusals:
         assert (await answer(reader))[0] == 501
 
     @pytest.mark.parametrize(
-        "line", ["GARBAGE\r\n\r\n", f"POST {PATH} HTTP/2.0\r\n\r\n", f"POST {PATH}\r\n\r\n"]
+        "line",
+        [
+            "GARBAGE\r\n\r\n",
+            f"POST {PATH} HTTP/2.0\r\n\r\n",
+            f"POST {PATH}\r\n\r\n",
+            f"POST callbacks/{TOKEN} HTTP/1.1\r\n\r\n",  # a target that is not a path
+        ],
     )
     async def test_a_request_line_it_cannot_read_gets_4xx_or_505(
         self, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter], line: str
@@ -259,3 +329,112 @@ class TestClosing:
         await writer.wait_closed()
         async with DeliveryTracker(tmp_path / "d.sqlite3") as tracker:
             assert await tracker.message("m-1") is not None
+
+    async def test_an_open_idle_connection_is_closed_with_the_server(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        writer.write(post(event("m-1")))
+        assert (await answer(reader))[0] == 200
+        await server.aclose()
+        assert await closed(reader)
+        await server.aclose()  # a second close does nothing
+
+    async def test_a_server_that_cannot_listen_raises_and_closes_its_tracker(
+        self, server: CallbackServer, tmp_path: Path
+    ) -> None:
+        taken = CallbackServer(
+            DeliveryTracker(tmp_path / "other.sqlite3"), token=TOKEN, port=server.port
+        )
+        with pytest.raises(OSError, match="in use"):
+            await taken.start()
+        assert repr(taken.tracker).endswith(" closed>")
+
+    async def test_a_caller_gone_while_its_request_is_stored_is_not_answered_and_no_error(
+        self,
+        server: CallbackServer,
+        caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        store = server.tracker.store
+        original = store.write
+        writing, release, written, lost = (asyncio.Event() for _ in range(4))
+
+        async def gated(events: Sequence[DeliveryEvent], at: float) -> None:
+            writing.set()
+            await release.wait()
+            await original(events, at)
+            written.set()
+
+        store.write = gated  # type: ignore[method-assign]
+        connection_lost = _http._Connection.connection_lost
+
+        def seen(connection: _http._Connection, exc: Exception | None) -> None:
+            connection_lost(connection, exc)
+            lost.set()
+
+        monkeypatch.setattr(_http._Connection, "connection_lost", seen)
+        _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(post(event("m-1")))
+        try:
+            async with asyncio.timeout(5):
+                await writing.wait()
+                writer.close()
+                await writer.wait_closed()
+                await lost.wait()
+        finally:
+            release.set()
+        async with asyncio.timeout(5):
+            await written.wait()
+        assert await server.tracker.message("m-1") is not None
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+class TestBackpressure:
+    async def test_requests_pipelined_faster_than_stored_pause_reading_until_stored(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        paused = asyncio.Event()
+        buffer_updated = _http._Connection.buffer_updated
+
+        def watched(connection: _http._Connection, nbytes: int) -> None:
+            buffer_updated(connection, nbytes)
+            if connection.transport is not None and not connection.transport.is_reading():
+                paused.set()
+
+        monkeypatch.setattr(_http._Connection, "buffer_updated", watched)
+        async with CallbackServer(
+            DeliveryTracker(tmp_path / "d.sqlite3"), token=TOKEN, max_body_bytes=1000
+        ) as server:
+            store = server.tracker.store
+            original = store.write
+            writing, release = asyncio.Event(), asyncio.Event()
+
+            async def gated(events: Sequence[DeliveryEvent], at: float) -> None:
+                writing.set()
+                await release.wait()
+                await original(events, at)
+
+            store.write = gated  # type: ignore[method-assign]
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(post(event("m-0")))
+            async with asyncio.timeout(5):
+                await writing.wait()
+            pipelined = b"".join(post(event(f"m-{i}")) for i in range(1, 201))
+            assert len(pipelined) > _http.MAX_HEAD_BYTES + 1000
+            writer.write(pipelined)
+            try:
+                async with asyncio.timeout(5):
+                    await paused.wait()
+                assert server._site is not None
+                (connection,) = server._site.connections
+                assert not connection.expired(time.monotonic() + 3600)  # not while storing
+            finally:
+                release.set()
+            statuses = [(await answer(reader))[0] for _ in range(201)]
+            assert statuses == [200] * 201
+            assert connection.transport is not None
+            assert connection.transport.is_reading()
+            assert await server.tracker.message("m-200") is not None
+            writer.close()
+            await writer.wait_closed()

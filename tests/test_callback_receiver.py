@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -15,7 +15,9 @@ import aiohttp
 import httpx
 import orjson
 import pytest
-from aiohttp import web
+from aiohttp import StreamReader, web
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.test_utils import make_mocked_request
 from fastapi import FastAPI
 
 import dispatch_async as da
@@ -212,6 +214,17 @@ class TestStores:
         assert (await post(event_body()))[0] == 200
         assert await tracker.message("m-1") is not None
 
+    async def test_a_body_sent_in_chunks_without_a_length_is_stored(
+        self, post: Post, tracker: DeliveryTracker
+    ) -> None:
+        async def chunks() -> AsyncIterator[bytes]:
+            body = event_body()
+            for start in range(0, len(body), 100):
+                yield body[start : start + 100]
+
+        assert (await post(chunks)) == (200, {"status": "stored"})
+        assert await tracker.message("m-1") is not None
+
     async def test_a_closed_tracker_gets_503(self, post: Post, tracker: DeliveryTracker) -> None:
         await tracker.aclose()
         assert (await post(event_body()))[0] == 503
@@ -358,6 +371,22 @@ class TestSlowCallers:
             await asgi_app(receiver)(scope, receive, send)
         assert sent[0]["status"] == 408
 
+    async def test_a_body_ending_before_its_content_length_gets_400_from_aiohttp(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        # aiohttp's own request, its body ending early (a real server ends a short body with
+        # ConnectionResetError instead, the test below).
+        payload = StreamReader(BaseProtocol(asyncio.get_running_loop()), 2**16)
+        payload.feed_data(event_body()[:20])
+        payload.feed_eof()
+        request = make_mocked_request(
+            "POST", f"/callbacks/{TOKEN}", headers={"Content-Length": "100"}, payload=payload
+        )
+        answer = await aiohttp_handler(CallbackReceiver(tracker, token=TOKEN))(request)
+        assert answer.status == 400
+        assert answer.body == b'{"error":"the body ended before its Content-Length"}'
+        assert await tracker.message("m-1") is None
+
     async def test_a_caller_hanging_up_mid_body_is_no_error(
         self, tracker: DeliveryTracker, caplog: pytest.LogCaptureFixture
     ) -> None:
@@ -369,6 +398,130 @@ class TestSlowCallers:
         finally:
             await runner.cleanup()
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+class TestTheASGIAppOnItsOwn:
+    """What an ASGI server alone (no framework in front) may hand the app."""
+
+    @staticmethod
+    async def _run(
+        receiver: CallbackReceiver, messages: list[dict[str, Any]], **scope: Any
+    ) -> list[MutableMapping[str, Any]]:
+        """Runs the app on one scope fed ``messages``; what it sent back."""
+        incoming: list[MutableMapping[str, Any]] = list(messages)
+        sent: list[MutableMapping[str, Any]] = []
+
+        async def receive() -> MutableMapping[str, Any]:
+            return incoming.pop(0)
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        whole = {
+            "type": "http",
+            "method": "POST",
+            "path": f"/{TOKEN}",
+            "headers": [],
+            "client": ("127.0.0.1", 4000),
+            **scope,
+        }
+        async with asyncio.timeout(10):
+            await asgi_app(receiver)(whole, receive, send)
+        return sent
+
+    async def test_it_starts_and_stops_with_the_server_through_lifespan(
+        self, receiver: CallbackReceiver
+    ) -> None:
+        sent = await self._run(
+            receiver,
+            [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}],
+            type="lifespan",
+        )
+        assert sent == [
+            {"type": "lifespan.startup.complete"},
+            {"type": "lifespan.shutdown.complete"},
+        ]
+
+    async def test_a_websocket_is_not_answered(
+        self, receiver: CallbackReceiver, tracker: DeliveryTracker
+    ) -> None:
+        sent = await self._run(receiver, [{"type": "websocket.connect"}], type="websocket")
+        assert sent == []
+        assert await tracker.message("m-1") is None
+
+    async def test_a_caller_hanging_up_mid_body_is_not_answered_and_nothing_stored(
+        self, receiver: CallbackReceiver, tracker: DeliveryTracker
+    ) -> None:
+        body = event_body()
+        sent = await self._run(
+            receiver,
+            [
+                {"type": "http.request", "body": body[:10], "more_body": True},
+                {"type": "http.disconnect"},
+            ],
+        )
+        assert sent == []
+        assert await tracker.message("m-1") is None
+
+    async def test_a_body_in_several_messages_is_read_whole(
+        self, receiver: CallbackReceiver, tracker: DeliveryTracker
+    ) -> None:
+        body = event_body()
+        sent = await self._run(
+            receiver,
+            [
+                {"type": "http.request", "body": body[:10], "more_body": True},
+                {"type": "http.request", "body": body[10:]},
+            ],
+        )
+        assert sent[0]["status"] == 200
+        assert sent[1]["body"] == b'{"status":"stored"}'
+        assert await tracker.message("m-1") is not None
+
+    @pytest.mark.parametrize("settings", [{"max_body_bytes": 300}])
+    async def test_an_unreadable_content_length_is_ignored_and_the_body_judged_by_its_size(
+        self, receiver: CallbackReceiver, tracker: DeliveryTracker
+    ) -> None:
+        headers = [(b"host", b"receiver"), (b"Content-Length", b"a lot")]
+        large = event_body(padding="x" * 400)
+        refused = await self._run(
+            receiver, [{"type": "http.request", "body": large}], headers=headers
+        )
+        assert refused[0]["status"] == 413
+        small = await self._run(
+            receiver, [{"type": "http.request", "body": event_body()}], headers=headers
+        )
+        assert small[0]["status"] == 200
+        assert await tracker.message("m-1") is not None
+
+    @pytest.mark.parametrize("settings", [{"allowed_ips": ["127.0.0.0/8"]}])
+    @pytest.mark.parametrize("client", [None, ("not-an-address", 4000)])
+    async def test_with_an_allow_list_a_caller_without_a_readable_address_gets_403(
+        self, receiver: CallbackReceiver, client: tuple[str, int] | None
+    ) -> None:
+        sent = await self._run(
+            receiver, [{"type": "http.request", "body": event_body()}], client=client
+        )
+        assert sent[0]["status"] == 403
+
+    @pytest.mark.parametrize("settings", [{"allowed_ips": ["127.0.0.0/8"]}])
+    async def test_an_ipv4_address_written_as_ipv6_is_checked_as_ipv4(
+        self, receiver: CallbackReceiver
+    ) -> None:
+        inside = await self._run(
+            receiver,
+            [{"type": "http.request", "body": event_body()}],
+            client=("::ffff:127.0.0.1", 4000),
+        )
+        outside = await self._run(
+            receiver,
+            [{"type": "http.request", "body": event_body()}],
+            client=("::ffff:10.0.0.1", 4000),
+        )
+        ipv6 = await self._run(
+            receiver, [{"type": "http.request", "body": event_body()}], client=("::1", 4000)
+        )
+        assert [inside[0]["status"], outside[0]["status"], ipv6[0]["status"]] == [200, 403, 403]
 
 
 class TestLogs:

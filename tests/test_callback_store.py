@@ -147,6 +147,26 @@ class TestLifecycle:
             await tracker.open()
 
 
+class TestTheSQLiteStoreOnItsOwn:
+    async def test_used_before_it_is_opened_it_refuses_reads_and_writes(self, path: Path) -> None:
+        store = SQLiteDeliveryStore(path)
+        with pytest.raises(da.SessionClosedError, match="not open"):
+            await store.message("m-1")
+        with pytest.raises(da.SessionClosedError, match="not open"):
+            await store.write([event(reference(), "READ")], 0.0)
+
+    async def test_opened_twice_it_stays_one_store(self, path: Path) -> None:
+        store = SQLiteDeliveryStore(path)
+        await store.open()
+        try:
+            await store.open()
+            kept = reference()
+            await store.write([event(kept, "READ")], 0.0)
+            assert await store.message(kept) is not None
+        finally:
+            await store.aclose()
+
+
 class TestConfiguration:
     @pytest.mark.parametrize(
         ("setting", "value"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import re
 import socket
 import tracemalloc
 import urllib.parse
@@ -256,6 +257,57 @@ class TestTheTokenEndpointUnreachable:
         assert error.result is not None
         assert [f.recipient.number for f in error.result.failed] == given
         assert not any(f.maybe_sent for f in error.result.failed)
+
+    async def test_tls_to_a_server_without_it_is_a_connect_error_naming_the_tls_failure(
+        self, server: FakeDispatchServer
+    ) -> None:
+        async with da.DispatchSession(
+            server.url.replace("http://", "https://"),
+            client_secret=SECRET,
+            account="a",
+            retry=da.RetryPolicy(wait=False, attempts=1),
+        ) as session:
+            with pytest.raises(da.TokenUnavailableError) as caught:
+                await session.check_credentials()
+        assert isinstance(caught.value, da.ConnectError)
+        assert "SSL" in str(caught.value)
+        assert server.stats.token_calls == 0
+
+
+class TestAnAnswerThatIsNotHTTP:
+    async def test_is_a_lost_connection_that_may_have_been_sent_and_shows_no_token(self) -> None:
+        token = "tok-" + LEAKED
+
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+            await reader.readexactly(int(length.group(1)) if length else 0)
+            if head.startswith(b"POST /oauth/token "):
+                body = json.dumps({"access_token": token, "expires_in": "3600"}).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+                )
+            else:
+                writer.write(b"HTTP/1.1 2x0 OK\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+            writer.close()
+
+        listening = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = listening.sockets[0].getsockname()[1]
+        try:
+            async with da.DispatchSession(
+                f"http://127.0.0.1:{port}", client_secret=SECRET, account="a"
+            ) as session:
+                result = await session.send_template(numbers(2), **TEMPLATE)
+        finally:
+            listening.close()
+            await listening.wait_closed()
+        assert [f.maybe_sent for f in result.failed] == [True, True]
+        error = result.failed[0].error
+        assert isinstance(error, da.ConnectionLostError)
+        assert "ClientResponseError (HTTP 400)" in str(error)
+        assert LEAKED not in everything_said(error)
 
 
 class TestARefusedFreshToken:

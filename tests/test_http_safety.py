@@ -122,6 +122,18 @@ class TestAnswerSize:
         assert isinstance(failure.error, da.ResponseTooLargeError)
         assert failure.maybe_sent is True
 
+    async def test_an_answer_declaring_a_size_over_the_limit_is_refused_unread(
+        self, mocked: aioresponses, session: da.DispatchSession, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(_transport, "MAX_ANSWER_BYTES", 1000)
+        give_token(mocked)
+        mocked.post(TEMPLATE_URL, body=b"x" * 5000, headers={"Content-Length": "5000"})
+        result = await session.send_template(["+5511987654321"], template_id="t")
+        [failure] = result.failed
+        assert isinstance(failure.error, da.ResponseTooLargeError)
+        assert "the answer is 5000 bytes, over 1000" in str(failure.error)
+        assert failure.maybe_sent is True
+
 
 class TestHeaderInjection:
     async def test_a_token_with_a_line_break_is_refused(
@@ -281,6 +293,7 @@ class TestBaseUrl:
             "ftp://api.example.com",
             "api.example.com",
             "https://api.example.com/?x=1",
+            "http://[::1",  # not a URL at all
         ],
     )
     def test_an_unsafe_base_url_is_refused(self, url: str) -> None:

@@ -76,6 +76,22 @@ class TestOpenAndClose:
                 assert (await session.send_basic([NUMBER], text="x")).ok
             assert not http.closed
 
+    async def test_a_session_never_used_closes_and_stays_closed(
+        self, server: FakeDispatchServer
+    ) -> None:
+        session = da.DispatchSession(server.url, client_secret=SECRET, account="acme")
+        await session.close()
+        assert "closed" in repr(session)
+        with pytest.raises(da.SessionClosedError):
+            await session.send_basic([NUMBER], text="x")
+        assert server.stats.requests == 0
+
+    def test_a_stream_started_outside_a_coroutine_is_refused(self) -> None:
+        session = da.DispatchSession("http://127.0.0.1:9", client_secret=SECRET, account="a")
+        with pytest.raises(da.EventLoopError, match="no event loop is running"):
+            session.stream_basic([NUMBER], text="x")
+        assert "unopened" in repr(session)
+
     def test_an_unclosed_session_warns_when_collected(self) -> None:
         async def leak() -> None:
             async with FakeDispatchServer() as server:
@@ -146,6 +162,28 @@ class TestClosingDuringACall:
         ]
         assert server.stats.recipients_received == 10
 
+    async def test_a_templates_listing_under_way_stops_with_session_closed_error(
+        self, server: FakeDispatchServer
+    ) -> None:
+        server.script_token(Fault.hang())  # the listing waits for its token
+        requested = asyncio.Event()
+
+        async def on_request_start(*_: object) -> None:
+            requested.set()
+
+        tracing = aiohttp.TraceConfig()
+        tracing.on_request_start.append(on_request_start)
+        async with aiohttp.ClientSession(trace_configs=[tracing]) as http:
+            session = da.DispatchSession(
+                server.url, client_secret=SECRET, account="acme", http_session=http
+            )
+            call = asyncio.create_task(session.list_templates())
+            async with asyncio.timeout(HANG):
+                await requested.wait()
+                await session.close()
+                with pytest.raises(da.SessionClosedError, match="closed during the call"):
+                    await call
+
 
 class TestCancellation:
     async def test_cancelling_a_send_leaves_no_task_and_the_session_usable(
@@ -171,6 +209,22 @@ class TestCancellation:
         [failure] = result.failed
         assert isinstance(failure.error, da.RequestTimeoutError)
         assert isinstance(failure.error, TimeoutError)
+        assert failure.maybe_sent is True
+
+    async def test_an_aiohttp_client_timeout_is_used_as_given(
+        self, server: FakeDispatchServer
+    ) -> None:
+        server.script(Fault.hang())
+        async with da.DispatchSession(
+            server.url,
+            client_secret=SECRET,
+            account="acme",
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=0.1),
+        ) as session:
+            async with asyncio.timeout(5):  # not the 30 s of a default timeout
+                result = await session.send_basic([NUMBER], text="x")
+        [failure] = result.failed
+        assert isinstance(failure.error, da.RequestTimeoutError)
         assert failure.maybe_sent is True
 
 

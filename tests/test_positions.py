@@ -134,6 +134,50 @@ class TestEveryOutcomeHasItsPosition:
         assert [(i.position, i.ref) for i in result.invalid] == [(1, None)]
 
 
+class TestOutcomesAndColumnsAreSequences:
+    async def test_a_merged_column_equals_the_list_of_its_items_and_shows_as_one(
+        self, session: da.DispatchSession
+    ) -> None:
+        result = await session.send_template(mixed(10), **TEMPLATE, chunk_size=3)
+        assert isinstance(result.valid, da.ValidMessages)
+        ids = [v.id for v in result.valid]
+        assert result.valid.ids == ids
+        assert result.valid.ids != [*ids[:-1], "another id"]
+        assert result.valid.ids != 7  # not a sequence: not equal, no error
+        assert repr(result.valid.ids) == repr(ids)
+
+    async def test_the_outcomes_equal_the_list_of_the_same_outcomes(
+        self, session: da.DispatchSession
+    ) -> None:
+        result = await session.send_template(mixed(4), **TEMPLATE)
+        assert isinstance(result.valid, da.ValidMessages)
+        assert result.valid.ids[2] == list(result.valid)[2].id  # one chunk: its own column
+        assert result.valid == list(result.valid)
+        assert result.valid != list(result.valid)[:-1]
+        assert result.valid != 3
+
+    async def test_without_session_ids_each_message_has_none(
+        self, server: FakeDispatchServer, session: da.DispatchSession
+    ) -> None:
+        # Numbers answered as digits only: matched one by one, no session id column kept.
+        server.script(Fault.digits_only())
+        result = await session.send_basic(numbers(4), text="x")
+        assert isinstance(result.valid, da.ValidMessages)
+        session_ids = result.valid.session_ids
+        assert (len(session_ids), list(session_ids)) == (4, [None] * 4)
+        assert session_ids[3] is None
+        assert list(session_ids[1:3]) == [None, None]
+        assert len(session_ids[::3]) == 2
+        with pytest.raises(IndexError):
+            session_ids[4]
+
+    async def test_a_result_without_failures_raises_nothing_and_is_returned(
+        self, session: da.DispatchSession
+    ) -> None:
+        result = await session.send_basic(numbers(2), text="x")
+        assert result.raise_for_failures() is result
+
+
 class TestTheSameNumberTwice:
     async def test_two_rows_of_one_number_map_back_to_their_own_positions_and_refs(
         self, session: da.DispatchSession, server: FakeDispatchServer

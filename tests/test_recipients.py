@@ -159,6 +159,8 @@ class TestRefusedForms:
             da.Recipient("")
         with pytest.raises(TypeError, match="strings to strings"):
             da.Recipient("1", vars={"a": 1})  # type: ignore[dict-item]
+        with pytest.raises(TypeError, match="vars must be a mapping of strings, not list"):
+            da.Recipient("1", vars=[("a", "1")])  # type: ignore[arg-type]
 
 
 class TestChunking:

@@ -452,3 +452,9 @@ class TestFakeClock:
     def test_is_no_part_of_the_policys_equality(self) -> None:
         assert da.RetryPolicy(clock=FakeClock()) == da.RetryPolicy()
         assert "clock" not in repr(da.RetryPolicy(clock=FakeClock()))
+
+    async def test_shows_its_time_and_sleeps_as_the_real_clock_shows_its_name(self) -> None:
+        clock = FakeClock(start=5)
+        await clock.sleep(1.5)
+        assert repr(clock) == "<FakeClock now=6.5 sleeps=1>"
+        assert repr(da.MONOTONIC) == "MONOTONIC"

@@ -170,15 +170,16 @@ class CallbackReceiver:
 
     @staticmethod
     def _settled(done: asyncio.Future[None]) -> Answer:
-        # The answer to a stored (or not) callback, once its future is done.
+        # The answer to a stored (or not) callback, once its future is done. The tracker
+        # never cancels it and fails it only with DeliveryStoreError: the rest is defensive.
         if done.cancelled():
-            return _UNAVAILABLE
+            return _UNAVAILABLE  # pragma: no cover - defensive: the tracker never cancels
         exc = done.exception()
         if exc is None:
             return _STORED
         if isinstance(exc, DeliveryStoreError | SessionClosedError):
             return _unavailable(exc)
-        raise exc
+        raise exc  # pragma: no cover - defensive: the tracker sets only DeliveryStoreError
 
 
 def _unavailable(exc: DeliveryStoreError | SessionClosedError) -> Answer:
