@@ -3,14 +3,17 @@
     python benchmarks/chaos.py [--workers 20] [--rows 200000] [--chunk-size 100]
         [--rate 200] [--latency 0.1] [--max-jobs 2] [--kill-every 1.5]
         [--takeover-after 5] [--token-lifetime 10] [--no-restart]
+        [--restart-at SECONDS] [--down-for SECONDS]
 
 It starts a throwaway ``redis-server`` (127.0.0.1, append-only file on), the simulator in
 a process of its own (``--latency`` before every answer; it notes when each request and
 token call arrived), ``--workers`` worker processes sharing ``--rate`` requests per
 second, then the producer (``send --queue --job chaos``). Every ``--kill-every``
 seconds a random worker is SIGKILLed and a new one started; once a third of the chunks
-are done (and the producer has exited), Redis is stopped and started again with its
-data. At the end, ``report -o`` writes the results, and it prints:
+are done (and the producer has exited), or at ``--restart-at`` seconds, Redis is
+stopped, left down ``--down-for`` seconds, and started again with its data (down over a
+refresh point, e.g. ``--restart-at 7 --down-for 2`` with 10 s tokens, it shows what the
+fleet does with its token meanwhile). At the end, ``report -o`` writes the results, and it prints:
 
 - every input line recorded exactly once, and no number received twice (the simulator's
   count), with the outcomes;
@@ -290,8 +293,10 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                     watched[chunk] = now
             fleet.start()
             next_kill = now + args.kill_every
-        if restarted is None and producer.poll() == 0 and done >= chunks / 3:
+        due = done >= chunks / 3 if args.restart_at is None else now - started >= args.restart_at
+        if restarted is None and producer.poll() == 0 and due:
             store.stop()
+            time.sleep(args.down_for)
             store.start()
             restarted = time.time() - started
         time.sleep(0.1)
@@ -395,6 +400,8 @@ def main() -> None:
     parser.add_argument("--takeover-after", type=float, default=5.0)
     parser.add_argument("--token-lifetime", type=float, default=10.0)
     parser.add_argument("--no-restart", dest="restart", action="store_false")
+    parser.add_argument("--restart-at", type=float, help="seconds (default: a third done)")
+    parser.add_argument("--down-for", type=float, default=0.0, help="seconds Redis is down")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="dispatch-chaos-") as tmp:
