@@ -1,16 +1,19 @@
-"""A real redis-server on 127.0.0.1 for the fleet tests, started once per test session."""
+"""A real redis-server on 127.0.0.1 for the fleet tests, started once per test session,
+and Redis users that may do less."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import redis.asyncio
 
 
 def free_port() -> int:
@@ -73,3 +76,24 @@ def redis_server() -> Iterator[str]:
 def prefix() -> str:
     """A key prefix of this test's own, so tests never share a token or a limit."""
     return f"test-{uuid.uuid4().hex[:12]}:"
+
+
+@contextlib.asynccontextmanager
+async def redis_user(redis_server: str, prefix: str, *rules: str) -> AsyncIterator[str]:
+    """The URL of a Redis user (yielded) that may run only *rules* (ACL SETUSER words:
+    ``+get``, ``-@all``...) on the keys under *prefix*; deleted at the end."""
+    admin = redis.asyncio.Redis.from_url(redis_server)
+    user = f"user-{prefix.rstrip(':')}"
+    await admin.execute_command(
+        "ACL", "SETUSER", user, "reset", "on", ">s3cret", f"~{prefix}*", *rules
+    )
+    try:
+        yield redis_server.replace("redis://", f"redis://{user}:s3cret@")
+    finally:
+        await admin.execute_command("ACL", "DELUSER", user)
+        await admin.aclose()
+
+
+def user_of(url: str) -> str:
+    """The user name in a URL of `redis_user`."""
+    return url.split("//", 1)[1].split(":", 1)[0]

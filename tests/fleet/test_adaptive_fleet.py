@@ -18,7 +18,7 @@ from dispatch_async._adaptive import Aimd, RateState
 from dispatch_async._fleet import learned_rate
 from dispatch_async._throttle import Slot
 from dispatch_async.testing import FakeDispatchServer
-from tests.fleet.conftest import free_port
+from tests.fleet.conftest import free_port, redis_user
 
 ROOT = Path(__file__).resolve().parents[2]
 AN_HOUR = 3600.0
@@ -276,22 +276,16 @@ class TestTheLearnedRateWhenRedisFailsOrLags:
         self, redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
     ) -> None:
         old = RateState(40.0, 7, time.time() - 10, step=2.0, reason="decrease")  # due a rise
-        admin = redis.asyncio.Redis.from_url(redis_server)
-        await admin.set(f"{prefix}rate:learned", old.encode())
-        user = f"noeval-{prefix.rstrip(':')}"
-        await admin.execute_command(
-            "ACL", "SETUSER", user, "reset", "on", ">s3cret", f"~{prefix}*", "+get", "+time"
-        )
-        url = redis_server.replace("redis://", f"redis://{user}:s3cret@")
-        limiter = da.RedisRateLimiter(url, requests_per_second="auto", key_prefix=prefix)
-        assert limiter.learner is not None
-        try:
-            assert await limiter.learner.refresh() == old  # read with GET
-            await limiter.learner.answered(Slot(7, held=True), 200)  # written with EVAL
-        finally:
-            await limiter.aclose()
-            await admin.execute_command("ACL", "DELUSER", user)
-            await admin.aclose()
+        async with redis.asyncio.Redis.from_url(redis_server) as admin:
+            await admin.set(f"{prefix}rate:learned", old.encode())
+        async with redis_user(redis_server, prefix, "+get", "+time") as url:
+            limiter = da.RedisRateLimiter(url, requests_per_second="auto", key_prefix=prefix)
+            assert limiter.learner is not None
+            try:
+                assert await limiter.learner.refresh() == old  # read with GET
+                await limiter.learner.answered(Slot(7, held=True), 200)  # written with EVAL
+            finally:
+                await limiter.aclose()
         assert "unreachable (NoPermissionError" in caplog.text
         assert limiter.learner.state == old
         assert await stored(redis_server, prefix) == old
@@ -299,21 +293,15 @@ class TestTheLearnedRateWhenRedisFailsOrLags:
     async def test_a_redis_that_will_not_be_read_is_an_outage_not_a_fresh_start(
         self, redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
     ) -> None:
-        admin = redis.asyncio.Redis.from_url(redis_server)
-        user = f"noget-{prefix.rstrip(':')}"
-        await admin.execute_command(
-            "ACL", "SETUSER", user, "reset", "on", ">s3cret", f"~{prefix}*", "+set"
-        )
-        url = redis_server.replace("redis://", f"redis://{user}:s3cret@")
-        limiter = da.RedisRateLimiter(url, requests_per_second="auto", key_prefix=prefix)
-        assert limiter.learner is not None
-        try:
-            state = await limiter.learner.refresh()
+        async with redis_user(redis_server, prefix, "+set") as url:
+            limiter = da.RedisRateLimiter(url, requests_per_second="auto", key_prefix=prefix)
+            assert limiter.learner is not None
+            try:
+                state = await limiter.learner.refresh()
+            finally:
+                await limiter.aclose()
+        async with redis.asyncio.Redis.from_url(redis_server) as admin:
             written = await admin.exists(f"{prefix}rate:learned")
-        finally:
-            await limiter.aclose()
-            await admin.execute_command("ACL", "DELUSER", user)
-            await admin.aclose()
         assert "unreachable (NoPermissionError" in caplog.text
         assert "was of another type" not in caplog.text
         assert state.rate == Aimd().initial

@@ -30,6 +30,7 @@ from dispatch_async._cli.spec import Connection, Problem
 from dispatch_async._cli.waiting import wait_until_done
 from dispatch_async._cli.worker import Worker, WorkerConfig, run_queue_worker
 from dispatch_async.testing import FakeDispatchServer
+from tests.fleet.conftest import redis_user, user_of
 from tests.fleet.test_queue import (
     CHUNK,
     LINES,
@@ -445,19 +446,13 @@ class TestAnEntryWhoseHandlingFailed:
 @contextlib.asynccontextmanager
 async def user_without(redis_server: str, prefix: str, *commands: str) -> AsyncIterator[str]:
     """The URL of a Redis user with the guide's queue ACL less *commands* (yielded)."""
-    admin = redis.asyncio.Redis.from_url(redis_server)
-    user = f"fleet-{prefix.rstrip(':')}"
     rules = [
         w.replace("acme-dispatch:", prefix).replace("PASSWORD", "s3cret")
         for w in documented_queue_acl()[1:]
         if w not in commands
     ]
-    await admin.execute_command("ACL", "SETUSER", user, "reset", *rules)
-    try:
-        yield redis_server.replace("redis://", f"redis://{user}:s3cret@")
-    finally:
-        await admin.execute_command("ACL", "DELUSER", user)
-        await admin.aclose()
+    async with redis_user(redis_server, prefix, *rules) as url:
+        yield url
 
 
 class TestRedisFailingUnderTheConsumer:
@@ -506,8 +501,7 @@ class TestRedisFailingUnderTheConsumer:
                         return "NoPermissionError" in caplog.text
 
                     await until(refused, HANG, "the refusal logged")
-                    user = url.split("//")[1].split(":")[0]
-                    await admin.execute_command("ACL", "SETUSER", user, "+xreadgroup")
+                    await admin.execute_command("ACL", "SETUSER", user_of(url), "+xreadgroup")
                     entry = await client.xadd(stream_name(prefix), {"n": "1"})
                     await handed(handled)
             finally:

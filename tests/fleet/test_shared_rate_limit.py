@@ -15,7 +15,7 @@ from dispatch_async._adaptive import Aimd
 from dispatch_async._fleet.schedule import Schedule
 from dispatch_async.testing import FakeDispatchServer
 from tests.conftest import SECRET, numbers, session_for
-from tests.fleet.conftest import free_port
+from tests.fleet.conftest import free_port, redis_user, user_of
 from tests.fleet.test_queue import until
 
 
@@ -167,28 +167,24 @@ class TestARedisThatRefusesAndComesBack:
         self, redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
     ) -> None:
         caplog.set_level(logging.WARNING, logger="dispatch_async")
-        admin = redis.asyncio.Redis.from_url(redis_server)
-        user = f"rate-{prefix.rstrip(':')}"
-        await admin.execute_command(
-            "ACL", "SETUSER", user, "reset", "on", ">s3cret", f"~{prefix}*", "+get", "+time"
-        )
-        url = redis_server.replace("redis://", f"redis://{user}:s3cret@")
-        limiter = da.RedisRateLimiter(url, requests_per_second=100, key_prefix=prefix)
-        try:
-            acquiring = asyncio.ensure_future(limiter.acquire())
+        async with (
+            redis_user(redis_server, prefix, "+get", "+time") as url,
+            redis.asyncio.Redis.from_url(redis_server) as admin,
+        ):
+            limiter = da.RedisRateLimiter(url, requests_per_second=100, key_prefix=prefix)
+            try:
+                acquiring = asyncio.ensure_future(limiter.acquire())
 
-            async def refused() -> bool:
-                return "unreachable" in caplog.text  # the limit waits, failing closed
+                async def refused() -> bool:
+                    return "unreachable" in caplog.text  # the limit waits, failing closed
 
-            await until(refused, 30, "the refusal logged")
-            assert not acquiring.done()
-            await admin.execute_command("ACL", "SETUSER", user, "+@all")
-            async with asyncio.timeout(30):
-                await acquiring
-        finally:
-            await limiter.aclose()
-            await admin.execute_command("ACL", "DELUSER", user)
-            await admin.aclose()
+                await until(refused, 30, "the refusal logged")
+                assert not acquiring.done()
+                await admin.execute_command("ACL", "SETUSER", user_of(url), "+@all")
+                async with asyncio.timeout(30):
+                    await acquiring
+            finally:
+                await limiter.aclose()
         assert "(NoPermissionError" in caplog.text
         assert "the shared rate limit in Redis is reachable again" in caplog.text
 

@@ -18,7 +18,7 @@ import dispatch_async as da
 from dispatch_async._token_store import StoredToken, TokenStoreUnavailable
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.conftest import SECRET, numbers, session_for
-from tests.fleet.conftest import free_port
+from tests.fleet.conftest import free_port, redis_user
 from tests.fleet.test_queue import until
 
 
@@ -302,20 +302,14 @@ class TestTheStoreWhenRedisFails:
         self, redis_server: str, prefix: str, caplog: pytest.LogCaptureFixture
     ) -> None:
         caplog.set_level(logging.WARNING, logger="dispatch_async")
-        admin = redis.asyncio.Redis.from_url(redis_server)
-        user = f"nolua-{prefix.rstrip(':')}"
-        await admin.execute_command(
-            "ACL", "SETUSER", user, "reset", "on", ">s3cret", f"~{prefix}*", "+get", "+set"
-        )
-        url = redis_server.replace("redis://", f"redis://{user}:s3cret@")
-        store = da.RedisTokenStore(url, key_prefix=prefix, lock_timeout=5)
-        try:
-            async with store.lock(wait=1.0) as held:
-                assert held
+        async with redis_user(redis_server, prefix, "+get", "+set") as url:
+            store = da.RedisTokenStore(url, key_prefix=prefix, lock_timeout=5)
+            try:
+                async with store.lock(wait=1.0) as held:
+                    assert held
+            finally:
+                await store.aclose()
+        async with redis.asyncio.Redis.from_url(redis_server) as admin:
             ttl = await admin.pttl(f"{prefix}token:lock")
-        finally:
-            await store.aclose()
-            await admin.execute_command("ACL", "DELUSER", user)
-            await admin.aclose()
         assert "could not release the token refresh lock (NoPermissionError" in caplog.text
         assert 0 < ttl <= 5000  # it expires by itself
