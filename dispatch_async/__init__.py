@@ -57,6 +57,7 @@ from ._retry import RetryPolicy
 from ._screen import DUPLICATE as DUPLICATE_REASON
 from ._screen import EXCLUDED as EXCLUDED_REASON
 from ._session import DispatchSession
+from ._signals import on_stop_signals
 from ._version import __version__
 
 __all__ = [
@@ -112,6 +113,7 @@ __all__ = [
     "ValidMessages",
     "__version__",
     "basic_text_warning",
+    "on_stop_signals",
     "plan",
     "to_e164",
 ]

@@ -1770,3 +1770,30 @@ class TestHelp:
         version = await dispatch_async("--version", env=os.environ)
         assert version.stdout.startswith("dispatch-async, version ")
         assert (await dispatch_async("-V", env=os.environ)).stdout == version.stdout
+
+
+class TestSignalsWhileACommandRuns:
+    """A command run in process (a test, an application) hears SIGINT and SIGTERM on its
+    loop, then leaves them as it found them: asyncio's own removal turns Ctrl-C on, even
+    in a process started in the background, which ignores it."""
+
+    @pytest.mark.parametrize("found", [signal.SIG_IGN, signal.default_int_handler])
+    async def test_a_signal_is_heard_and_the_handler_found_is_put_back(self, found: Any) -> None:
+        before = signal.signal(signal.SIGINT, found)
+        heard: list[int] = []
+        got = asyncio.Event()
+
+        def on_signal(signum: int) -> None:
+            heard.append(signum)
+            got.set()
+
+        try:
+            with da.on_stop_signals(on_signal):
+                signal.raise_signal(signal.SIGINT)
+                async with asyncio.timeout(HANG):
+                    await got.wait()
+            after = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        finally:
+            signal.signal(signal.SIGINT, before)
+        assert heard == [signal.SIGINT]
+        assert after == (found, signal.SIG_DFL)

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -128,18 +127,14 @@ async def run_serve(config: ServeConfig) -> int:
         click.echo(f"Error: {exc}", err=True)
         return 2
     stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stopping.set)
     try:
-        where = "Redis" if config.store is None else str(config.store)
-        click.echo(f"listening on {server.base}/<token>, storing into {where}")
-        click.echo(f"the token is in {_token_source(config)}: keep it secret", err=True)
-        sys.stdout.flush()
-        await stopping.wait()
+        with da.on_stop_signals(lambda _: stopping.set()):
+            where = "Redis" if config.store is None else str(config.store)
+            click.echo(f"listening on {server.base}/<token>, storing into {where}")
+            click.echo(f"the token is in {_token_source(config)}: keep it secret", err=True)
+            sys.stdout.flush()
+            await stopping.wait()
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
         await server.aclose()
     click.echo("stopped: every acknowledged event is stored", err=True)
     return 0

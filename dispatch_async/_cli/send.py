@@ -20,7 +20,6 @@ which ``-v`` shows.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import signal
 import time
@@ -220,24 +219,16 @@ class SendJob:
 
     async def run(self, parts: AsyncIterator[da.DispatchResult]) -> da.DispatchError | None:
         """Consume the SDK's parts to the end (or a stop); the error that ended it, if any."""
-        loop = asyncio.get_running_loop()
-        handled = []
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(signum, self._on_signal, signum)
-                handled.append(signum)
         self._task = asyncio.ensure_future(self._consume(parts))
         ended: da.DispatchError | None = None
         try:
-            await self._task
+            with da.on_stop_signals(self._on_signal):
+                await self._task
         except asyncio.CancelledError:
             if not self._forced:
                 raise
         except da.DispatchError as error:
             ended = error
-        finally:
-            for signum in handled:
-                loop.remove_signal_handler(signum)
         # Rows handed to the SDK and never reported (a forced stop): the chunks that were
         # announced may have left, the others certainly did not.
         started = [p for chunk in self._announced.values() for p in chunk if p in self._fed]

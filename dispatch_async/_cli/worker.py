@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 
 import attrs
@@ -232,17 +231,12 @@ async def run_worker(config: WorkerConfig) -> int:
     redis = await connect(config.queue_url)
     try:
         running = asyncio.ensure_future(Worker(config, redis).run())
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, running.cancel)
         try:
-            await running
+            with da.on_stop_signals(lambda _: running.cancel()):
+                await running
         except asyncio.CancelledError:
             if not running.cancelled():
                 raise
-        finally:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(signum)
     finally:
         await redis.aclose()
     return 0

@@ -39,19 +39,24 @@ async def serve_forever(
     """
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    handled: list[signal.Signals] = []
+    # Like the SDK's on_stop_signals (the simulator shares no code with the SDK): the
+    # handlers found are put back, where asyncio's removal would turn Ctrl-C on.
+    found = {}
     for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum)
         # Not available off the main thread or on Windows: Ctrl-C still interrupts there.
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, stop.set)
-            handled.append(signum)
+            found[signum] = previous
     try:
         async with server:
             (ready or _announce)(server.url)
             await stop.wait()
     finally:
-        for signum in handled:
+        for signum, previous in found.items():
             loop.remove_signal_handler(signum)
+            if previous is not None:
+                signal.signal(signum, previous)
 
 
 def _fault_rate(text: str) -> tuple[int, float]:

@@ -643,6 +643,18 @@ class TestTheWorkerInProcess:
         with pytest.raises(Problem, match="the worker needs DISPATCH_BASE_URL"):
             await run_worker(config)
 
+    @pytest.mark.parametrize("found", [signal.SIG_IGN, signal.default_int_handler])
+    async def test_run_in_process_it_leaves_ctrl_c_as_it_found_it(
+        self, redis_server: str, prefix: str, found: Any
+    ) -> None:
+        before = signal.signal(signal.SIGINT, found)
+        try:
+            assert await run_worker(worker_config(redis_server, prefix)) == 0  # burst: empty
+            after = signal.getsignal(signal.SIGINT)
+        finally:
+            signal.signal(signal.SIGINT, before)
+        assert after == found
+
     async def test_a_rate_the_shared_limiter_refuses_is_a_usage_error(
         self, redis_server: str, prefix: str
     ) -> None:
