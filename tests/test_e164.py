@@ -194,6 +194,10 @@ class TestTheFastPathDecidesSpreadsheetNumbers:
                         assert pattern.match(number) is None, (md.id, source, number)
         assert read > 300
 
+    @pytest.mark.parametrize("pattern", ["[12", "1|[2", "(1", "(?:1|2", ""])
+    def test_a_pattern_it_cannot_read_whole_gives_no_shortcut(self, pattern: str) -> None:
+        assert first_digits(pattern) is None
+
     def test_a_length_met_often_is_judged_by_one_joined_pattern_with_the_same_answers(
         self,
     ) -> None:

@@ -21,7 +21,7 @@ def first_digits(pattern: str) -> frozenset[str] | None:
     """
     try:
         first, end = _alternatives(pattern, 0)
-    except IndexError:  # unbalanced, or not read
+    except (IndexError, ValueError):  # unbalanced: a "(" or "[" not closed
         return None
     return first if end == len(pattern) else None
 
