@@ -27,6 +27,7 @@ from .callback_store_contract import (
     event,
     reference,
 )
+from .conftest import HANG
 
 
 @pytest.fixture
@@ -145,6 +146,35 @@ class TestLifecycle:
             pass
         with pytest.raises(da.SessionClosedError, match="closed"):
             await tracker.open()
+
+    async def test_closed_while_it_opens_it_closes_its_store_and_the_open_is_refused(
+        self, path: Path
+    ) -> None:
+        class SlowToOpen(SQLiteDeliveryStore):
+            opening = asyncio.Event()
+            go_on = asyncio.Event()
+            closed = False
+
+            async def open(self) -> None:
+                self.opening.set()
+                await self.go_on.wait()
+                await super().open()
+
+            async def aclose(self) -> None:
+                await super().aclose()
+                SlowToOpen.closed = True
+
+        store = SlowToOpen(path)
+        tracker = DeliveryTracker(store)
+        opening = asyncio.ensure_future(tracker.open())
+        async with asyncio.timeout(HANG):
+            await store.opening.wait()
+            closing = asyncio.ensure_future(tracker.aclose())  # runs before the open goes on
+            store.go_on.set()
+            with pytest.raises(da.SessionClosedError, match="closed while it opened"):
+                await opening
+            await closing
+        assert SlowToOpen.closed, "the store the open began is closed, not leaked"
 
 
 class TestTheSQLiteStoreOnItsOwn:

@@ -94,6 +94,7 @@ class DeliveryTracker:
         self._wake = asyncio.Event()
         self._committed = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
+        self._opened = asyncio.Event()  # an open begun has ended, one way or the other
         self._opened_at = ""
         self._drained = False  # the writer has stored everything recorded: tails end
         self._tails = 0
@@ -111,20 +112,27 @@ class DeliveryTracker:
         try:
             await self._guarded(self.store.open)
             _, self._opened_at = await self._guarded(lambda: self.store.changes(None, 0))
+            if self._state is not _State.OPEN:
+                raise SessionClosedError("the DeliveryTracker was closed while it opened")
+            self._writer = asyncio.create_task(self._write_loop(), name="dispatch-async-tracker")
         except BaseException:
             self._state = _State.CLOSED
             await self.store.aclose()
             raise
-        self._writer = asyncio.create_task(self._write_loop(), name="dispatch-async-tracker")
+        finally:
+            self._opened.set()
 
     async def aclose(self) -> None:
         """Write what was recorded, stop the writer, close the store. Idempotent."""
         if self._state is _State.CLOSED:
             return
+        opening = self._state is _State.OPEN and self._writer is None
         self._state = _State.CLOSED
         self._wake.set()
         self._committed.set()
-        if self._writer is not None:
+        if opening:  # the open sees the close, and closes the store it opened
+            await self._opened.wait()
+        elif self._writer is not None:
             await asyncio.shield(self._writer)
             # The change stream reads what that last write stored, then the store closes.
             self._drained = True
