@@ -355,20 +355,7 @@ class TestSlowCallers:
             await never.wait()
             raise AssertionError("unreachable")
 
-        sent: list[dict[str, Any]] = []
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        scope = {
-            "type": "http",
-            "method": "POST",
-            "path": f"/{TOKEN}",
-            "headers": [],
-            "client": ("127.0.0.1", 4000),
-        }
-        async with asyncio.timeout(10):
-            await asgi_app(receiver)(scope, receive, send)
+        sent = await run_asgi(receiver, receive)
         assert sent[0]["status"] == 408
 
     async def test_a_body_ending_before_its_content_length_gets_400_from_aiohttp(
@@ -400,6 +387,29 @@ class TestSlowCallers:
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+async def run_asgi(
+    receiver: CallbackReceiver, receive: Callable[[], Awaitable[Any]], **scope: Any
+) -> list[MutableMapping[str, Any]]:
+    """Runs the app on one POST to the token's path (*scope* changes it), its messages
+    from *receive*; what it sent back."""
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    whole = {
+        "type": "http",
+        "method": "POST",
+        "path": f"/{TOKEN}",
+        "headers": [],
+        "client": ("127.0.0.1", 4000),
+        **scope,
+    }
+    async with asyncio.timeout(10):
+        await asgi_app(receiver)(whole, receive, send)
+    return sent
+
+
 class TestTheASGIAppOnItsOwn:
     """What an ASGI server alone (no framework in front) may hand the app."""
 
@@ -409,25 +419,11 @@ class TestTheASGIAppOnItsOwn:
     ) -> list[MutableMapping[str, Any]]:
         """Runs the app on one scope fed ``messages``; what it sent back."""
         incoming: list[MutableMapping[str, Any]] = list(messages)
-        sent: list[MutableMapping[str, Any]] = []
 
         async def receive() -> MutableMapping[str, Any]:
             return incoming.pop(0)
 
-        async def send(message: MutableMapping[str, Any]) -> None:
-            sent.append(message)
-
-        whole = {
-            "type": "http",
-            "method": "POST",
-            "path": f"/{TOKEN}",
-            "headers": [],
-            "client": ("127.0.0.1", 4000),
-            **scope,
-        }
-        async with asyncio.timeout(10):
-            await asgi_app(receiver)(whole, receive, send)
-        return sent
+        return await run_asgi(receiver, receive, **scope)
 
     async def test_it_starts_and_stops_with_the_server_through_lifespan(
         self, receiver: CallbackReceiver
