@@ -22,19 +22,18 @@ import dispatch_async.testing
 
 from .callbacks import callbacks
 from .columns import var_pairs
+from .exits import exit_with, failure
 from .input import Format
 from .options import (
     connection,
-    connection_options,
     export_options,
-    prefix_option,
     progress_every_option,
-    queue_option,
     quiet_option,
     send_options,
     verbose_option,
 )
 from .plan import run_plan
+from .queue_commands import report, worker
 from .resume import job_options, resumed, stored_job
 from .send import run_send
 from .serve import serve_command
@@ -52,24 +51,6 @@ __all__ = ["cli"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _SECRET_VARIABLE = "DISPATCH_CLIENT_SECRET"  # noqa: S105 - a variable's name
-
-
-class _UsageFailure(click.ClickException):
-    """A usage or configuration Problem, as click prints it: ``Error: <one line>``."""
-
-    exit_code = 2
-
-
-class _JobFailure(click.ClickException):
-    """A Problem that ended a job part way: exit 1."""
-
-    exit_code = 1
-
-
-def _failure(problem: Problem) -> click.ClickException:
-    """The click exception that prints *problem* as one ``Error:`` line, with its code."""
-    failure = _UsageFailure if problem.exit_code == 2 else _JobFailure
-    return failure(problem.message)
 
 
 # -- the commands --------------------------------------------------------------------
@@ -186,109 +167,9 @@ def demo(
     display = Display(
         title="dispatch-async demo", quiet=quiet, verbose=verbose, progress_every=progress_every
     )
-    _exit(
+    exit_with(
         lambda: asyncio.run(
             run_demo(recipients=recipients, output=output, seed=seed, display=display)
-        )
-    )
-
-
-@cli.command()
-@queue_option(required=True, help="The Redis of the queue (redis://...) [DISPATCH_QUEUE_URL].")
-@prefix_option
-@connection_options
-@click.option(
-    "--max-jobs",
-    type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    envvar="DISPATCH_MAX_JOBS",
-    help="Chunks this worker sends at once.",
-)
-@click.option(
-    "--job-timeout",
-    type=click.FloatRange(min=1),
-    default=300.0,
-    show_default=True,
-    envvar="DISPATCH_JOB_TIMEOUT",
-    help="Seconds one chunk may take (80% of it sending).",
-)
-@click.option(
-    "--takeover-after",
-    type=click.FloatRange(min=0.1),
-    default=30.0,
-    show_default=True,
-    envvar="DISPATCH_TAKEOVER_AFTER",
-    help="Seconds before another worker takes over the chunks of a worker that died.",
-)
-@click.option("--burst", is_flag=True, help="Exit once the queue is empty.")
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(min=1, max=65535),
-    envvar="DISPATCH_METRICS_PORT",
-    help="Serve Prometheus metrics at http://HOST:PORT/metrics (the prometheus extra).",
-)
-@click.option(
-    "--metrics-host",
-    default="127.0.0.1",
-    show_default=True,
-    envvar="DISPATCH_METRICS_HOST",
-    help="Address for --metrics-port (0.0.0.0 to be scraped from other hosts).",
-)
-@click.option("--poll-delay", type=click.FloatRange(min=0.01), default=2.0, hidden=True)
-@click.option("-v", "--verbose", count=True, help="Log each chunk (-vv: debug). Never secrets.")
-def worker(
-    queue: str,
-    key_prefix: str,
-    max_jobs: int,
-    job_timeout: float,
-    takeover_after: float,
-    burst: bool,
-    metrics_port: int | None,
-    metrics_host: str,
-    poll_delay: float,
-    verbose: int,
-    **options: Any,
-) -> None:
-    """Send the chunks of queued jobs (`send ... --queue`), until Ctrl-C or SIGTERM.
-
-    Start as many as you like, on any host that reaches the Redis: they share one token
-    and, with --rate, one request rate.
-    """
-    from .worker import WorkerConfig, run_queue_worker
-
-    config = WorkerConfig(
-        queue_url=queue,
-        key_prefix=key_prefix,
-        connection=connection(options),
-        max_jobs=max_jobs,
-        job_timeout=job_timeout,
-        takeover_after=takeover_after,
-        burst=burst,
-        poll_delay=poll_delay,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-    )
-    _exit(lambda: asyncio.run(run_queue_worker(config, verbose=verbose)))
-
-
-@cli.command()
-@queue_option(required=True, help="The Redis of the queue (redis://...) [DISPATCH_QUEUE_URL].")
-@prefix_option
-@click.option("--job", required=True, metavar="ID", help="The job's id.")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write one result line per input line here (as `send -o` does).",
-)
-def report(queue: str, key_prefix: str, job: str, output: Path | None) -> None:
-    """Sum up a queued job; exit 0 only when it is finished with no failed line."""
-    from .report import run_queue_report
-
-    _exit(
-        lambda: asyncio.run(
-            run_queue_report(queue_url=queue, job=job, key_prefix=key_prefix, output=output)
         )
     )
 
@@ -332,13 +213,15 @@ def export(
         with_reason=with_reason,
     )
     ctx = click.get_current_context()
-    _exit(lambda: run_export(spec, sys.stderr, None if input_path else _stored(ctx, results)))
+    exit_with(lambda: run_export(spec, sys.stderr, None if input_path else _stored(ctx, results)))
 
 
 cli.add_command(serve_command())
 
 
 cli.add_command(callbacks)
+cli.add_command(worker)
+cli.add_command(report)
 
 
 # -- from options to a job -----------------------------------------------------------
@@ -371,7 +254,7 @@ def _send(target: Target | None, options: dict[str, Any]) -> None:
         try:
             target, options = resumed(click.get_current_context(), target, options, send.commands)
         except Problem as problem:
-            raise _failure(problem) from None
+            raise failure(problem) from None
     assert target is not None
     if not options["input_path"]:
         raise click.UsageError("Missing option '-i' / '--input'.")
@@ -381,9 +264,9 @@ def _send(target: Target | None, options: dict[str, Any]) -> None:
         raise click.UsageError("--job goes with --queue")
     spec = attrs.evolve(_spec(target, options), job_options=job_options(target, options))
     if options["dry_run"]:
-        _exit(lambda: asyncio.run(run_plan(spec, sys.stdout)))
+        exit_with(lambda: asyncio.run(run_plan(spec, sys.stdout)))
     else:
-        _exit(lambda: asyncio.run(run_send(spec)))
+        exit_with(lambda: asyncio.run(run_send(spec)))
 
 
 _NOT_QUEUED = (
@@ -410,7 +293,7 @@ def _enqueue(target: Target, options: dict[str, Any]) -> NoReturn:
         given.append("--concurrency (set --max-jobs on the workers)")
     if given:
         raise click.UsageError(f"{', '.join(given)} cannot go with --queue")
-    _exit(
+    exit_with(
         lambda: asyncio.run(
             run_enqueue(
                 queue_url=options["queue"],
@@ -464,11 +347,3 @@ def _stored(ctx: click.Context, output: Path) -> dict[str, Any] | None:
         return None
     except OSError as exc:
         raise Problem(f"cannot read the journal of {output}: {exc.strerror}") from None
-
-
-def _exit(run: Callable[[], int]) -> NoReturn:
-    try:
-        code = run()
-    except Problem as problem:
-        raise _failure(problem) from None
-    raise SystemExit(code)
