@@ -1,6 +1,7 @@
 """The ``dispatch-async`` command line: argument parsing only (click), each option once.
 
-The jobs themselves are in ``send``, ``plan``, ``demo``, ``queue`` and ``worker``. Exit
+The jobs themselves are in ``send``, ``plan``, ``demo``, ``queue`` and ``worker``; the
+queue's ``worker`` and ``report`` commands in ``queue_commands``. Exit
 codes: 0 every recipient sent or validly rejected, 1 some recipients failed (or the job
 was stopped before the end), 2 a usage or configuration error.
 """
