@@ -1,4 +1,8 @@
-"""The simulator itself: an aiohttp app that follows the dispatch spec, and its lifecycle."""
+"""The simulator itself: its aiohttp app and lifecycle, scripting, and what it records.
+
+What it simulates lives a floor down: the token endpoint in `_token_endpoint`, the
+dispatch endpoints in `_dispatch_endpoints`, the HTTP answers both give in `_replies`.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from ._callbacks import CallbackPlan, CallbackSender
-from ._contract import ENDPOINTS, FieldError, check_template, dispatch_answer, parse_dispatch
-from ._faults import Fault, FaultKind, FaultSchedule
+from ._contract import ENDPOINTS
+from ._dispatch_endpoints import API_PREFIX, DispatchEndpoints, endpoint_name, listed, template_vars
+from ._faults import Fault, FaultSchedule
 from ._ids import IdFactory
 from ._rate import AccountRateLimit
 from ._recorder import (
@@ -25,8 +30,10 @@ from ._recorder import (
     RecordedRequest,
     Recorder,
 )
+from ._replies import Dropped, json_answer
 from ._stats import ServerStats
-from ._tokens import IssuedTokens, TokenState
+from ._token_endpoint import Unset
+from ._tokens import IssuedTokens
 
 __all__ = ["DEFAULT_TEMPLATES", "FakeDispatchServer"]
 
@@ -38,19 +45,11 @@ DEFAULT_TEMPLATES: Final[tuple[Mapping[str, str], ...]] = (
     {"id": "otp_code", "name": "One-time code", "channel": "sms"},
 )
 
-_API_PREFIX: Final = "/api/v3/"
-_JSON: Final = "application/json"
 # Handlers are woken by close() before aiohttp's shutdown, so this only bounds handlers
 # stuck somewhere the simulator does not control (e.g. a client trickling a body).
 _SHUTDOWN_TIMEOUT: Final = 0.25
 _RELEVANT_HEADERS: Final = ("User-Agent", "X-Auth-Type", "Accept", "Content-Type")
-#: The endpoints whose messages open a conversational session (a session_id).
-_CONVERSATIONAL: Final = frozenset({"webhook", "template"})
 _OWN_PREFIX: Final = "/_"  # the simulator's own paths, not the service's: never recorded
-
-
-class _Unset(enum.Enum):
-    UNSET = enum.auto()
 
 
 class _State(enum.Enum):
@@ -59,11 +58,7 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-class _Dropped(Exception):
-    """A handler closed its connection on purpose: there is no answer to send."""
-
-
-class FakeDispatchServer:
+class FakeDispatchServer(DispatchEndpoints):
     """An in-process dispatch service on 127.0.0.1, scriptable with faults.
 
     Use it as ``async with FakeDispatchServer() as server:`` and point a client at
@@ -137,7 +132,7 @@ class FakeDispatchServer:
         *,
         client_secret: str = "test-secret",  # noqa: S107 - a fake's well-known default
         token_lifetime: float = 3600.0,
-        expires_in: object = _Unset.UNSET,
+        expires_in: object = Unset.UNSET,
         host: str = "127.0.0.1",
         port: int = 0,
         latency: float = 0.0,
@@ -170,8 +165,8 @@ class FakeDispatchServer:
         self.template_vars: dict[str, tuple[str, ...]] | None = None
         self.templates: list[Mapping[str, object]] = []
         if isinstance(templates, Mapping):
-            self.template_vars = _template_vars(templates)
-            self.templates = [_listed(name, vars_) for name, vars_ in self.template_vars.items()]
+            self.template_vars = template_vars(templates)
+            self.templates = [listed(name, vars_) for name, vars_ in self.template_vars.items()]
         else:
             self.templates = list(templates)
         self.stats = ServerStats()
@@ -293,7 +288,7 @@ class FakeDispatchServer:
             path: only requests to this endpoint ("basic" or "/api/v3/basic");
                 None for any dispatch endpoint.
         """
-        self._faults.add(faults, path=None if path is None else _endpoint_name(path))
+        self._faults.add(faults, path=None if path is None else endpoint_name(path))
 
     def script_for(self, number: str, *faults: Fault) -> None:
         """Queue faults for the next requests whose messages contain ``number``.
@@ -398,7 +393,7 @@ class FakeDispatchServer:
     async def _observe(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Count every request and answer, and own every handler task."""
         stats = self.stats
-        api = request.path.startswith(_API_PREFIX)
+        api = request.path.startswith(API_PREFIX)
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
@@ -421,7 +416,7 @@ class FakeDispatchServer:
             except web.HTTPException as exc:
                 self._count_status(exc.status, api=api)
                 raise
-            except _Dropped:
+            except Dropped:
                 stats.dropped += 1
                 # Never written: aiohttp finds the transport closing and moves on quietly.
                 return web.Response()
@@ -439,112 +434,11 @@ class FakeDispatchServer:
         if api and status == 401:
             self.stats.unauthorized += 1
 
-    async def _token(self, request: web.Request) -> web.StreamResponse:
-        self.stats.token_calls += 1
-        refused = self._refuse_caller(request)
-        if refused is not None:
-            return refused
-        form = await self._token_fields(request)
-        fault = self._faults.for_token()
-        if fault is not None:
-            self.stats.faults_injected += 1
-            early = await self._token_fault(request, fault)
-            if early is not None:
-                return early
-        if form.get("grant_type") != "client_credentials":
-            return _json(400, {"error": "unsupported_grant_type"})
-        if form.get("client_secret") != self.client_secret:
-            return _json(401, {"error": "invalid_client"})
-        body: dict[str, object] = {
-            "access_token": self._tokens.issue(self.token_lifetime, jwt=self.jwt_tokens),
-            "token_type": "Bearer",
-        }
-        self.stats.tokens_issued += 1
-        if self.expires_in is _Unset.UNSET:
-            body["expires_in"] = _seconds_text(self.token_lifetime)
-        elif self.expires_in is not None:
-            body["expires_in"] = self.expires_in
-        return _json(200, body, headers={"Cache-Control": "no-store"})
-
-    async def _token_fields(self, request: web.Request) -> Mapping[str, object]:
-        """The token request's fields, read as ``token_body`` says; empty if unreadable."""
-        raw = await request.read()
-        reads = self.token_body
-        if reads == "form" or (reads == "any" and not raw.lstrip().startswith(b"{")):
-            return await request.post()
-        try:
-            fields = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return {}
-        return fields if isinstance(fields, dict) else {}
-
-    def _refuse_caller(self, request: web.Request) -> web.Response | None:
-        """The 403 for a caller outside ``allowed_ips``, else None."""
-        allowed = self.allowed_ips
-        if allowed is None or request.remote in allowed:
-            return None
-        self.stats.forbidden += 1
-        return _json(403, {"message": f"IP address is not allowed: {request.remote}"})
-
-    async def _token_fault(self, request: web.Request, fault: Fault) -> web.Response | None:
-        match fault.kind:
-            case FaultKind.STATUS:
-                return _status_response(fault)
-            case FaultKind.DELAY:
-                await self._pause(request, fault.seconds)
-                return None
-            case FaultKind.NOT_JSON:
-                return _raw(200, fault.body or b"", fault.content_type)
-            case FaultKind.WRONG_SHAPE:
-                if fault.body is not None:
-                    return _raw(200, fault.body, _JSON)
-                shape = {"expires_in": _seconds_text(self.token_lifetime), "token_type": "Bearer"}
-                return _json(200, shape)
-        # HANG, DROP and DROP_BEFORE (FaultSchedule lets no other kind through): no answer.
-        if fault.kind is FaultKind.HANG:
-            await self._pause(request, None)
-        raise _drop(request)
-
-    def _authenticate(self, request: web.Request) -> str | web.Response:
-        """The presented token if usable, else the answer refusing the request."""
-        refused = self._refuse_caller(request)
-        if refused is not None:
-            return refused
-        token = _bearer_token(request.headers.get("Authorization"))
-        state = self._tokens.check(token)
-        if state is TokenState.VALID:
-            assert token is not None
-            auth_type = request.headers.get("X-Auth-Type")
-            if auth_type is not None and auth_type != "JWT":
-                message = f"X-Auth-Type must be JWT, got {auth_type!r}"
-                return _json(400, {"error": "invalid_auth_type", "message": message})
-            return token
-        stats = self.stats
-        match state:
-            case TokenState.MISSING:
-                stats.missing_token += 1
-            case TokenState.UNKNOWN:
-                stats.unknown_token_uses += 1
-            case TokenState.EXPIRED:
-                stats.expired_token_uses += 1
-            case TokenState.REVOKED:
-                stats.revoked_token_uses += 1
-        return _invalid_token()
-
-    async def _list_templates(self, request: web.Request) -> web.StreamResponse:
-        auth = self._authenticate(request)
-        if isinstance(auth, web.Response):
-            return auth
-        accept = request.headers.get("Accept")
-        if accept is not None and not _accepts_json(accept):
-            return _json(406, {"error": "not_acceptable", "message": "only application/json"})
-        return _json(200, {"templates": [dict(t) for t in self.templates]})
-
     async def _stats(self, request: web.Request) -> web.StreamResponse:
-        return _json(200, self.stats.as_json())
+        return json_answer(200, self.stats.as_json())
 
     async def _requests(self, request: web.Request) -> web.StreamResponse:
-        return _json(200, [recorded.as_json() for recorded in self.requests])
+        return json_answer(200, [recorded.as_json() for recorded in self.requests])
 
     async def _set_rate_limit(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -552,203 +446,5 @@ class FakeDispatchServer:
             rate = body["rate"]
             self.rate_limit = None if rate is None else float(rate)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            return _json(400, {"error": "invalid_body", "message": str(exc)})
-        return _json(200, {"rate": self.rate_limit})
-
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        response = await self._answer_dispatch(request, request.match_info["endpoint"])
-        if self.latency > 0:
-            await self._pause(request, self.latency)
-        return response
-
-    async def _answer_dispatch(self, request: web.Request, endpoint: str) -> web.Response:
-        auth = self._authenticate(request)
-        if isinstance(auth, web.Response):
-            return auth
-        if request.content_type != _JSON:
-            message = f"Content-Type must be {_JSON}, got {request.content_type}"
-            return _json(415, {"error": "unsupported_media_type", "message": message})
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as exc:
-            return _json(400, {"error": "invalid_json", "message": str(exc)})
-        try:
-            numbers = parse_dispatch(endpoint, body)
-            if self.template_vars is not None:
-                check_template(body, self.template_vars)
-        except FieldError as exc:
-            return _json(400, exc.to_json())
-        wait = self._limit.take(body["account"])
-        if wait is not None:
-            self.stats.rate_limited += 1
-            return _json(
-                429, {"error": "rate_limited"}, headers={"Retry-After": f"{max(wait, 0.001):.3f}"}
-            )
-        fault = self._faults.for_dispatch(endpoint, numbers)
-        if fault is None:
-            return _json(200, self._act(endpoint, numbers, body))
-        self.stats.faults_injected += 1
-        return await self._apply(fault, request, endpoint, numbers, auth, body)
-
-    async def _apply(
-        self,
-        fault: Fault,
-        request: web.Request,
-        endpoint: str,
-        numbers: list[str],
-        token: str,
-        body: dict[str, Any],
-    ) -> web.Response:
-        # What the service made when it acted: later answers show the same ids.
-        acted = self._act(endpoint, numbers, body) if fault.acted else None
-        match fault.kind:
-            case FaultKind.STATUS:
-                return _status_response(fault)
-            case FaultKind.REVOKE_TOKEN:
-                self._tokens.revoke(token)
-                return _invalid_token()
-            case FaultKind.DROP | FaultKind.DROP_BEFORE:
-                raise _drop(request)
-            case FaultKind.HANG:
-                await self._pause(request, None)
-            case FaultKind.DELAY:
-                await self._pause(request, fault.seconds)
-            case FaultKind.NOT_JSON:
-                return _raw(200, fault.body or b"", fault.content_type)
-            case FaultKind.WRONG_SHAPE:
-                if fault.body is not None:
-                    return _raw(200, fault.body, _JSON)
-                return _json(200, self._answer(endpoint, numbers, drop_ids=True))
-            case FaultKind.OMIT:
-                kept = numbers[: max(0, len(numbers) - fault.count)]
-                return _json(200, self._answer(endpoint, kept, like=acted))
-            case FaultKind.DIGITS_ONLY:
-                return _json(200, self._answer(endpoint, numbers, like=acted, digits_only=True))
-        return _json(200, acted if acted is not None else self._answer(endpoint, numbers))
-
-    def _answer(
-        self,
-        endpoint: str,
-        numbers: list[str],
-        like: dict[str, Any] | None = None,
-        **distortions: bool,
-    ) -> dict[str, Any]:
-        """The answer for *numbers*: fresh ids, or those of *like* (an earlier answer)."""
-        take_ids: Callable[[int], list[str]] = self._ids.take
-        sessions: Callable[[int], Sequence[str | None]] | None = None
-        if self.session_ids:
-            sessions = self._ids.take if endpoint in _CONVERSATIONAL else _no_sessions
-        if like is not None:
-            made = like["validMessages"]
-            take_ids = lambda n: [m["id"] for m in made[:n]]  # noqa: E731
-            if sessions is not None:
-                sessions = lambda n: [m["session_id"] for m in made[:n]]  # noqa: E731
-        return dispatch_answer(numbers, take_ids, take_sessions=sessions, **distortions)
-
-    def _act(self, endpoint: str, numbers: list[str], body: dict[str, Any]) -> dict[str, Any]:
-        """Act on a request: count it, make its answer, send its callbacks; the answer."""
-        answer = self._answer(endpoint, numbers)
-        if self.callbacks is not None:
-            self.callbacks.acted(endpoint, body, answer)
-        stats = self.stats
-        stats.dispatch_calls += 1
-        stats.calls_by_path[endpoint] += 1
-        # Counter.update on a list counts in C: cheap even for a million recipients.
-        stats.received.update(numbers)
-        stats.recipients_received += len(numbers)
-        self._notify()
-        return answer
-
-    async def _pause(self, request: web.Request, seconds: float | None) -> None:
-        """Wait ``seconds`` (None: forever), dropping the connection if the server closes."""
-        if seconds is None:
-            await self._closing.wait()
-        else:
-            try:
-                async with asyncio.timeout(seconds):
-                    await self._closing.wait()
-            except TimeoutError:
-                return
-        raise _drop(request)
-
-
-def _template_vars(templates: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
-    checked = {}
-    for name, needs in templates.items():
-        if not isinstance(name, str) or isinstance(needs, str | bytes):
-            raise TypeError(
-                "templates as a mapping is {template_id: [var, ...]}, e.g. "
-                f'{{"pix_reminder": ["pixCode"]}}; got {name!r}: {needs!r}'
-            )
-        checked[name] = tuple(needs)
-        if not all(isinstance(var, str) for var in checked[name]):
-            raise TypeError(f"the vars of template {name!r} must be strings: {needs!r}")
-    return checked
-
-
-def _listed(name: str, needs: tuple[str, ...]) -> dict[str, object]:
-    """A template's entry in the listing, when only its id and vars are given."""
-    return {"id": name, "name": name, "channel": "rcs", "vars": list(needs)}
-
-
-def _no_sessions(count: int) -> list[str | None]:
-    return [None] * count
-
-
-def _drop(request: web.Request) -> _Dropped:
-    """Close the connection without an answer; the caller raises what this returns."""
-    transport = request.transport
-    if transport is not None:
-        transport.close()
-    return _Dropped()
-
-
-def _endpoint_name(path: str) -> str:
-    name = path.removeprefix(_API_PREFIX).strip("/")
-    if name not in ENDPOINTS:
-        raise ValueError(f"not a dispatch endpoint: {path!r} (one of {', '.join(ENDPOINTS)})")
-    return name
-
-
-def _bearer_token(header: str | None) -> str | None:
-    if header is None:
-        return None
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    # RFC 6750: the scheme is case-insensitive.
-    if scheme.lower() != "bearer" or not token:
-        return None
-    return token
-
-
-def _accepts_json(accept: str) -> bool:
-    accept = accept.lower()
-    return any(t in accept for t in (_JSON, "application/*", "*/*"))
-
-
-def _seconds_text(seconds: float) -> str:
-    return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
-
-
-def _json(status: int, body: object, *, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(body), headers=headers, content_type=_JSON)
-
-
-def _raw(status: int, body: bytes, content_type: str) -> web.Response:
-    # Through headers: aiohttp's content_type= refuses parameters such as charset.
-    return web.Response(status=status, body=body, headers={"Content-Type": content_type})
-
-
-def _status_response(fault: Fault) -> web.Response:
-    response = _raw(fault.status_code, fault.body or b"", fault.content_type)
-    if fault.retry_after is not None:
-        response.headers["Retry-After"] = fault.retry_after
-    return response
-
-
-def _invalid_token() -> web.Response:
-    return _json(
-        401,
-        {"error": "invalid_token"},
-        headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
-    )
+            return json_answer(400, {"error": "invalid_body", "message": str(exc)})
+        return json_answer(200, {"rate": self.rate_limit})
