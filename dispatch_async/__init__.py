@@ -6,7 +6,7 @@ Start with ``DispatchSession`` (``DispatchClient`` from synchronous code);
 ``dispatch_async.testing`` has a local simulator.
 """
 
-from ._batch import BatchOptions, BatchSettings
+from ._batch_settings import BatchOptions, BatchSettings
 from ._blocking import DispatchClient
 from ._clock import MONOTONIC, Clock
 from ._e164 import to_e164

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from anyio.from_thread import BlockingPortal
     from typing_extensions import Unpack
 
-    from ._batch import BatchOptions
+    from ._batch_settings import BatchOptions
 
 __all__ = ["DispatchClient"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ._batch import BatchSettings
+from ._batch_settings import BatchSettings
 from ._endpoints import basic_text_warning
 from ._models import InvalidMessage, invalid_messages
 from ._recipients import BadChunkError, Chunk, Recipients, check_shape, chunked
@@ -22,7 +22,7 @@ from ._screen import Screen
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._batch import BatchOptions
+    from ._batch_settings import BatchOptions
 
 __all__ = ["PlannedChunk", "plan"]
 

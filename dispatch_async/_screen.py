@@ -10,17 +10,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Set
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 import attrs
 
+from ._batch_settings import BatchSettings
 from ._e164 import to_e164
 from ._exceptions import CallbackError
 from ._recipients import Chunk
 from ._wire import encodable
-
-if TYPE_CHECKING:
-    from ._batch import BatchSettings
 
 __all__ = [
     "DUPLICATE",

@@ -21,7 +21,7 @@ from ._wire import Envelope
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._batch import BatchOptions
+    from ._batch_settings import BatchOptions
 
 __all__ = ["Sending"]
 

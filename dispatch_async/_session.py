@@ -17,7 +17,8 @@ from yarl import URL
 from . import _instrument
 from ._arguments import check_arguments
 from ._auth import Secret, TokenEndpoint, TokenKeeper, TokenRequest
-from ._batch import STOPS_THE_JOB, Batcher, BatchSettings, Flight
+from ._batch import STOPS_THE_JOB, Batcher, Flight
+from ._batch_settings import BatchSettings
 from ._endpoints import Endpoint
 from ._environment import settings_from_env
 from ._exceptions import (
@@ -42,7 +43,7 @@ from .instrumentation import Hook
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._batch import BatchOptions
+    from ._batch_settings import BatchOptions
 
 __all__ = ["DispatchSession"]
 
