@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from run import WORKLOADS, server, simulator
+from processes import WORKLOADS, server, simulator
 
 HERE = Path(__file__).resolve().parent
 

@@ -212,7 +212,7 @@ def _poll(url: str, what: Any) -> Any:
 def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from cli import make_csv
-    from run import compile_installed
+    from processes import compile_installed
 
     compile_installed()
     source = tmp / "in.csv"

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
-    from run import server, simulator
+    from processes import server, simulator
 
     with server(simulator()) as srv:
         result = measure(srv.url, args.rows, args.reps)

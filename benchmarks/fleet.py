@@ -222,7 +222,7 @@ def _spread(values: list[float]) -> str:
 def queue(args: argparse.Namespace, redis_url: str) -> None:
     sys.path.insert(0, str(HERE))
     from cli import make_csv
-    from run import compile_installed, server, simulator
+    from processes import compile_installed, server, simulator
 
     compile_installed()
 
