@@ -43,8 +43,6 @@ from ._exceptions import (
 )
 from ._fleet import DEFAULT_KEY_PREFIX, RedisRateLimiter, RedisTokenStore
 from ._models import (
-    DispatchResult,
-    FailedRecipient,
     Fallback,
     InvalidMessage,
     InvalidMessages,
@@ -52,6 +50,7 @@ from ._models import (
     ValidMessage,
     ValidMessages,
 )
+from ._outcome import DispatchResult, FailedRecipient
 from ._plan import PlannedChunk, plan
 from ._retry import RetryPolicy
 from ._screen import DUPLICATE as DUPLICATE_REASON

@@ -30,7 +30,7 @@ from ._exceptions import (
     TokenUnavailableError,
 )
 from ._matching import result_from_error
-from ._models import DispatchResult, merge_results
+from ._outcome import DispatchResult, merge_results
 from ._recipients import BadChunkError, Chunk, Recipients, Unfinished, check_shape, chunked
 from ._screen import Screen
 

@@ -30,7 +30,7 @@ import aiohttp
 from ._arguments import check_arguments
 from ._auth import Secret, TokenRequest
 from ._exceptions import ConfigurationError, EventLoopError, SessionClosedError
-from ._models import DispatchResult
+from ._outcome import DispatchResult
 from ._retry import RetryPolicy
 from ._session import DispatchSession
 from ._throttle import Limiter

@@ -40,19 +40,19 @@ Every error has ``maybe_sent``: whether the service may have acted on the reques
 failed. It decides what is safe to send again. An error that stops a ``send_*`` job part
 way (a rejected secret, a malformed recipient in a stream) carries ``result``: the
 partial result, accounting for every recipient read so far.
+
+``DispatchError`` and ``FailedRecipientsError`` are defined with the result they carry,
+in `_outcome`; they are re-exported here with the rest of the tree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from ._outcome import DispatchError, FailedRecipientsError
 from ._redaction import redacted_excerpt
-
-if TYPE_CHECKING:
-    from ._models import DispatchResult
 
 __all__ = [
     "AuthenticationError",
@@ -88,25 +88,6 @@ __all__ = [
 
 #: How much of an error body is kept: enough to read, never a whole page.
 BODY_EXCERPT_CHARS = 500
-
-
-class DispatchError(Exception):
-    """The root of every error dispatch-async raises."""
-
-    maybe_sent: bool = False
-    """Whether the service may have acted on the request that failed: what decides
-    whether sending again is safe."""
-    result: DispatchResult | None = None
-    """The partial result of a ``send_*`` call this error stopped, accounting for every
-    recipient read so far; None otherwise."""
-    message: str
-    """The error's text, without the class name."""
-
-    def __init__(self, message: str, *, maybe_sent: bool | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        if maybe_sent is not None:
-            self.maybe_sent = maybe_sent
 
 
 class InputError(DispatchError, ValueError):
@@ -303,19 +284,6 @@ class DeliveryStoreError(DispatchError):
 
     An event whose write failed was not acknowledged: the service delivers it again.
     """
-
-
-class FailedRecipientsError(DispatchError):
-    """``raise_for_failures()`` found recipients in ``failed``; ``result`` has them all."""
-
-    def __init__(self, result: DispatchResult) -> None:
-        failed = result.failed
-        maybe = sum(1 for f in failed if f.maybe_sent)
-        super().__init__(
-            f"{len(failed)} recipient(s) failed ({maybe} may have been sent)",
-            maybe_sent=maybe > 0,
-        )
-        self.result = result
 
 
 _STATUS_CLASSES: dict[int, type[StatusError]] = {

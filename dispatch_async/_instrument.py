@@ -20,7 +20,7 @@ from ._adaptive import RateState
 from ._auth import Token
 from ._batch import Flight
 from ._exceptions import DispatchError, StatusError
-from ._models import DispatchResult
+from ._outcome import DispatchResult
 from ._recipients import Chunk
 from ._transport import has_control_characters
 from .instrumentation._events import (

@@ -18,13 +18,8 @@ from typing import Any
 
 from ._columns import Complement
 from ._exceptions import DispatchError, MalformedResponseError, MissingFromResponseError
-from ._models import (
-    DispatchResult,
-    FailedRecipient,
-    InvalidMessages,
-    invalid_messages,
-    valid_messages,
-)
+from ._models import InvalidMessages, invalid_messages, valid_messages
+from ._outcome import DispatchResult, FailedRecipient
 from ._recipients import Chunk, recipient_of
 from ._wire import AnswerColumns, decode_json
 

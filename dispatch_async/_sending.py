@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from ._batch import collected
 from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, basic_text_warning, envelope
-from ._models import DispatchResult, Fallback
+from ._models import Fallback
+from ._outcome import DispatchResult
 from ._recipients import Recipients
 from ._wire import Envelope
 

@@ -28,7 +28,7 @@ from ._exceptions import (
 )
 from ._lifecycle import Lifecycle, State
 from ._matching import result_from_answer, result_from_error
-from ._models import DispatchResult
+from ._outcome import DispatchResult
 from ._recipients import Chunk, Recipients
 from ._retry import RetryPolicy, parse_retry_after, retrying
 from ._screen import without_unencodable

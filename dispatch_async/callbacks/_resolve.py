@@ -16,7 +16,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 import attrs
 
 from .._e164 import to_e164
-from .._models import DispatchResult, FailedRecipient, ValidMessage, valid_messages
+from .._models import ValidMessage, valid_messages
+from .._outcome import DispatchResult, FailedRecipient
 from ._events import number_key
 from ._store import MessageState
 from ._tracker import DeliveryTracker

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from aiohttp import web
@@ -14,7 +14,7 @@ from ._faults import Fault, FaultKind
 from ._ids import IdFactory
 from ._rate import AccountRateLimit
 from ._replies import (
-    JSON,
+    JSON_CONTENT_TYPE,
     accepts_json,
     drop,
     invalid_token,
@@ -35,18 +35,19 @@ _CONVERSATIONAL: Final = frozenset({"webhook", "template"})
 class DispatchEndpoints(TokenEndpoint):
     """What `FakeDispatchServer` answers under ``/api/v3``, behind the token check.
 
-    The server sets these attributes; they are declared here for the type checker.
+    The server sets the attributes these handlers read.
     """
 
-    latency: float
-    session_ids: bool
-    template_vars: dict[str, tuple[str, ...]] | None
-    templates: list[Mapping[str, object]]
-    callbacks: CallbackSender | None
-    _limit: AccountRateLimit
-    _ids: IdFactory
-    #: Wakes the server's ``wait_until`` callers.
-    _notify: Callable[[], None]
+    if TYPE_CHECKING:  # set by the server, which documents them: not attributes here
+        latency: float
+        session_ids: bool
+        template_vars: dict[str, tuple[str, ...]] | None
+        templates: list[Mapping[str, object]]
+        callbacks: CallbackSender | None
+        _limit: AccountRateLimit
+        _ids: IdFactory
+        #: Wakes the server's ``wait_until`` callers.
+        _notify: Callable[[], None]
 
     async def _list_templates(self, request: web.Request) -> web.StreamResponse:
         auth = self._authenticate(request)
@@ -67,8 +68,8 @@ class DispatchEndpoints(TokenEndpoint):
         auth = self._authenticate(request)
         if isinstance(auth, web.Response):
             return auth
-        if request.content_type != JSON:
-            message = f"Content-Type must be {JSON}, got {request.content_type}"
+        if request.content_type != JSON_CONTENT_TYPE:
+            message = f"Content-Type must be {JSON_CONTENT_TYPE}, got {request.content_type}"
             return json_answer(415, {"error": "unsupported_media_type", "message": message})
         try:
             body = orjson.loads(await request.read())
@@ -119,7 +120,7 @@ class DispatchEndpoints(TokenEndpoint):
                 return raw_answer(200, fault.body or b"", fault.content_type)
             case FaultKind.WRONG_SHAPE:
                 if fault.body is not None:
-                    return raw_answer(200, fault.body, JSON)
+                    return raw_answer(200, fault.body, JSON_CONTENT_TYPE)
                 return json_answer(200, self._answer(endpoint, numbers, drop_ids=True))
             case FaultKind.OMIT:
                 kept = numbers[: max(0, len(numbers) - fault.count)]

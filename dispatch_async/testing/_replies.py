@@ -12,7 +12,7 @@ from aiohttp import web
 from ._faults import Fault
 
 __all__ = [
-    "JSON",
+    "JSON_CONTENT_TYPE",
     "Dropped",
     "accepts_json",
     "bearer_token",
@@ -25,7 +25,7 @@ __all__ = [
     "status_answer",
 ]
 
-JSON: Final = "application/json"
+JSON_CONTENT_TYPE: Final = "application/json"
 
 
 class Dropped(Exception):
@@ -66,7 +66,7 @@ def bearer_token(header: str | None) -> str | None:
 
 def accepts_json(accept: str) -> bool:
     accept = accept.lower()
-    return any(t in accept for t in (JSON, "application/*", "*/*"))
+    return any(t in accept for t in (JSON_CONTENT_TYPE, "application/*", "*/*"))
 
 
 def seconds_text(seconds: float) -> str:
@@ -76,7 +76,9 @@ def seconds_text(seconds: float) -> str:
 def json_answer(
     status: int, body: object, *, headers: Mapping[str, str] | None = None
 ) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(body), headers=headers, content_type=JSON)
+    return web.Response(
+        status=status, body=orjson.dumps(body), headers=headers, content_type=JSON_CONTENT_TYPE
+    )
 
 
 def raw_answer(status: int, body: bytes, content_type: str) -> web.Response:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import orjson
 from aiohttp import web
 
 from ._faults import Fault, FaultKind, FaultSchedule
 from ._replies import (
-    JSON,
+    JSON_CONTENT_TYPE,
     bearer_token,
     drop,
     invalid_token,
@@ -35,19 +35,20 @@ class Unset(enum.Enum):
 class TokenEndpoint:
     """``POST /oauth/token`` and the authentication of API requests, for `FakeDispatchServer`.
 
-    The server sets these attributes; they are declared here for the type checker.
+    The server sets the attributes these handlers read.
     """
 
-    client_secret: str
-    jwt_tokens: bool
-    token_body: Literal["form", "json", "any"]
-    allowed_ips: frozenset[str] | None
-    token_lifetime: float
-    expires_in: object
-    stats: ServerStats
-    _faults: FaultSchedule
-    _tokens: IssuedTokens
-    _closing: asyncio.Event
+    if TYPE_CHECKING:  # set by the server, which documents them: not attributes here
+        client_secret: str
+        jwt_tokens: bool
+        token_body: Literal["form", "json", "any"]
+        allowed_ips: frozenset[str] | None
+        token_lifetime: float
+        expires_in: object
+        stats: ServerStats
+        _faults: FaultSchedule
+        _tokens: IssuedTokens
+        _closing: asyncio.Event
 
     async def _token(self, request: web.Request) -> web.StreamResponse:
         self.stats.token_calls += 1
@@ -107,7 +108,7 @@ class TokenEndpoint:
                 return raw_answer(200, fault.body or b"", fault.content_type)
             case FaultKind.WRONG_SHAPE:
                 if fault.body is not None:
-                    return raw_answer(200, fault.body, JSON)
+                    return raw_answer(200, fault.body, JSON_CONTENT_TYPE)
                 shape = {"expires_in": seconds_text(self.token_lifetime), "token_type": "Bearer"}
                 return json_answer(200, shape)
         # HANG, DROP and DROP_BEFORE (FaultSchedule lets no other kind through): no answer.
