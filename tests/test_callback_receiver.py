@@ -225,6 +225,15 @@ class TestStores:
         assert (await post(chunks)) == (200, {"status": "stored"})
         assert await tracker.message("m-1") is not None
 
+    async def test_an_event_at_a_time_no_datetime_holds_gets_200_and_reads_back(
+        self, post: Post, tracker: DeliveryTracker
+    ) -> None:
+        assert (await post(event_body(timestamp="0001-01-01T00:00:00+05:30")))[0] == 200
+        state = await tracker.message("m-1")
+        assert state is not None
+        assert state.first_event_at.year >= 2024  # its receipt time
+        assert [s.reference for s in await tracker.messages_for(NUMBER)] == ["m-1"]
+
     async def test_a_closed_tracker_gets_503(self, post: Post, tracker: DeliveryTracker) -> None:
         await tracker.aclose()
         assert (await post(event_body()))[0] == 503
