@@ -133,6 +133,17 @@ class TestBodies:
         writer.write(post(event("m-after")))  # the connection is still in step
         assert (await answer(reader))[0] == 200
 
+    async def test_chunked_bodies_one_after_the_other_are_each_read_whole(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        for reference in ("m-1", "m-2", "m-3"):
+            body = event(reference)
+            writer.write(head.encode() + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            assert (await answer(reader))[0] == 200
+            assert await server.tracker.message(reference) is not None
+
     async def test_a_body_arriving_in_pieces_is_waited_for(
         self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
     ) -> None:

@@ -52,6 +52,14 @@ _REASONS: Final = {
 }
 
 
+class _Refused(Exception):
+    """A request the receiver refuses (`CallbackReceiver.refuse`) before its body."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(answer.status)
+        self.answer = answer
+
+
 class _Date:
     """The ``Date`` header, made once a second."""
 
@@ -135,10 +143,10 @@ class _Connection(asyncio.BufferedProtocol):
             except Malformed as bad:
                 self._answer(Answer(bad.status, error_body(bad.message)), close=True)
                 return
-            if request is None:
+            except _Refused as refused:  # before its body is read
+                self._answer(refused.answer, close=True)
                 return
-            if isinstance(request, Answer):  # refused before its body is read
-                self._answer(request, close=True)
+            if request is None:
                 return
             head, body = request
             self.since = time.monotonic()
@@ -150,9 +158,9 @@ class _Connection(asyncio.BufferedProtocol):
             self.waiting = taken
             taken.add_done_callback(self._stored)
 
-    def _request(self) -> tuple[Head, bytes] | Answer | None:
-        """The next whole request in the buffer (consumed), a refusal, or None while
-        incomplete. Each read goes on where the last stopped: nothing is scanned twice."""
+    def _request(self) -> tuple[Head, bytes] | None:
+        """The next whole request in the buffer (consumed), or None while incomplete.
+        Each read goes on where the last stopped: nothing is scanned twice."""
         buffer = self.buffer
         head = self.head
         if head is None:
@@ -171,27 +179,29 @@ class _Connection(asyncio.BufferedProtocol):
             path = head.path if head.path.rstrip("/").rpartition("/")[0] == self.site.prefix else ""
             refused = self.receiver.refuse(head.method, path, self.remote, head.length)
             if refused is not None:
-                return refused
+                raise _Refused(refused)
             if head.expect and len(buffer) == head.size and self.transport is not None:
                 # The head has come, none of the body: the client waits for this.
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         chunks = self.chunks
         if head.chunked:
             if chunks is None:
-                chunks = self.chunks = ChunkedBody(head.size, self.receiver.max_body_bytes)
+                chunks = ChunkedBody(head.size, self.receiver.max_body_bytes)
             consumed = chunks.read(buffer)
         else:
             consumed = head.size + (head.length or 0)
             if len(buffer) < consumed:
                 consumed = None
-        if consumed is None:
+        if consumed is None:  # kept, to go on with on the next read
             if self.head is None:  # the body's time starts with its head
-                self.head, self.body_since = head, time.monotonic()
+                self.head, self.chunks, self.body_since = head, chunks, time.monotonic()
             return None
         body = bytes(buffer[head.size : consumed]) if chunks is None else bytes(chunks.body)
         del buffer[:consumed]
-        self.head = self.chunks = None
-        self.scanned = 0
+        if self.head is not None:
+            self.head = self.chunks = None
+        if self.scanned:
+            self.scanned = 0
         return head, body
 
     def _stored(self, done: asyncio.Future[None]) -> None:
