@@ -6,7 +6,9 @@ benchmarks run on (``benchmarks/README.md``), more than the receiver's whole bud
 requests with a ``Content-Length`` or a chunked body, answers them in order, and closes
 the connection after anything it does not read exactly (a malformed head, both
 ``Content-Length`` and ``Transfer-Encoding``, a refusal), so no request can be smuggled
-past it. Mounting the receiver in an app (``aiohttp_handler``, ``asgi_app``) is unchanged.
+past it. The bytes are read by ``_framing`` (pure); this module does the I/O, the
+timeouts (``body_timeout``: 408) and the answers. Mounting the receiver in an app
+(``aiohttp_handler``, ``asgi_app``) is unchanged.
 """
 
 from __future__ import annotations
