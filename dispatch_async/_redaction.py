@@ -13,14 +13,36 @@ import base64
 import functools
 import re
 import string
+import urllib.parse
 
-__all__ = ["redacted", "redacted_excerpt"]
+__all__ = ["redacted", "redacted_excerpt", "url_secrets"]
 
 
 def redacted(text: str, secrets: tuple[str, ...]) -> str:
     """*text* with every secret blanked out, in every standard form it may be echoed in."""
     pattern = _redaction(secrets)[0]
     return text if pattern is None else pattern.sub("***", text)
+
+
+def url_secrets(*urls: str | None) -> tuple[str, ...]:
+    """The keys in callback and webhook URLs, as secrets for `redacted`.
+
+    The vendor offers no signature, so a URL's token is the receiver's only key: its last
+    path segment (where `CallbackReceiver.url` puts it), its password and query values.
+    """
+    found: list[str] = []
+    for url in filter(None, urls):
+        try:
+            parts = urllib.parse.urlsplit(url)
+            query = urllib.parse.parse_qsl(parts.query)
+            password = parts.password
+        except ValueError:  # not a URL urllib reads: all of it, then
+            found.append(url)
+            continue
+        found.append(parts.path.rstrip("/").rpartition("/")[2])
+        found.append(password or "")
+        found.extend(value for _, value in query)
+    return tuple(secret for secret in found if len(secret) >= _SHORTEST_SECRET)
 
 
 def redacted_excerpt(body: bytes, secrets: tuple[str, ...], chars: int) -> str:
@@ -50,8 +72,8 @@ _JSON_ESCAPES = {
 _PLAIN = frozenset(string.ascii_letters + string.digits + "-._~")
 #: The longest way one character can be written: a JSON surrogate pair, or four %XX.
 _WIDEST = len("\\ud83d\\ude00")
-#: A base64 form shorter than this would blank out unrelated text.
-_SHORTEST_BASE64 = 8
+#: A secret's form shorter than this would blank out unrelated text.
+_SHORTEST_SECRET = 8
 
 
 # Cached: a long token's pattern takes some 20 ms to compile, and a burst of 429s
@@ -102,7 +124,7 @@ def _base64_forms(data: bytes) -> set[str]:
         encoded = base64.b64encode(bytes(shift) + data).decode()
         forms.add(encoded[-(-8 * shift // 6) : 8 * (shift + len(data)) // 6])
     forms |= {form.translate(_URL_SAFE) for form in forms}
-    return {form for form in forms if len(form) >= _SHORTEST_BASE64}
+    return {form for form in forms if len(form) >= _SHORTEST_SECRET}
 
 
 _URL_SAFE = str.maketrans("+/", "-_")

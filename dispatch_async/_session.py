@@ -30,6 +30,7 @@ from ._lifecycle import Lifecycle, State
 from ._matching import result_from_answer, result_from_error
 from ._outcome import DispatchResult
 from ._recipients import Chunk, Recipients
+from ._redaction import url_secrets
 from ._retry import RetryPolicy, parse_retry_after, retrying
 from ._screen import without_unencodable
 from ._sending import Sending
@@ -272,6 +273,7 @@ class DispatchSession(Sending):
             if not chunk.messages:
                 return result_from_answer(chunk, _NOTHING_SENT, requests=0)
             body = encode_dispatch(fields, chunk.messages)
+        secrets = url_secrets(fields.callback, fields.webhook)  # the service may echo them
         # Numbers normalised locally never match the answer as sent: no quick path to try.
         decode = decode_answer if chunk.given is None else decode_json
 
@@ -283,7 +285,7 @@ class DispatchSession(Sending):
             data = await retrying(
                 self.retry,
                 lambda: _instrument.attempt(
-                    self._call("POST", endpoint.path, body, flight, decode)
+                    self._call("POST", endpoint.path, body, flight, decode, secrets)
                 ),
                 on_retry=count_retry,
             )
@@ -300,8 +302,10 @@ class DispatchSession(Sending):
         body: bytes | None,
         flight: Flight,
         decode: Callable[[bytes], Any] = decode_json,
+        secrets: tuple[str, ...] = (),
     ) -> Any:
-        """One request to /api/v3, re-sent once with a fresh token after a 401."""
+        """One request to /api/v3, re-sent once with a fresh token after a 401; *secrets*
+        (the request's own) are blanked out of an error's body as the credentials are."""
         self._open()
         for refreshed in (False, True):
             # A token first: a rate slot taken while waiting for one would be spent later,
@@ -346,7 +350,7 @@ class DispatchSession(Sending):
                 answer.headers,
                 answer.body,
                 retry_after=parse_retry_after(answer.headers.get("Retry-After")),
-                secrets=(token, self._secret.reveal()),
+                secrets=(token, self._secret.reveal(), *secrets),
             )
             pause = self.retry.pause_for(error)
             if pause:

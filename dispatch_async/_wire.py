@@ -49,9 +49,9 @@ class Envelope:
     campaign_name: str | None = None
     fallback: tuple[Fallback, ...] | None = None
     text: str | None = None
-    callback: str | None = None
+    callback: str | None = attrs.field(default=None, repr=False)  # its token is a secret
     template_id: str | None = None
-    webhook: str | None = None
+    webhook: str | None = attrs.field(default=None, repr=False)  # its token is a secret
 
 
 @attrs.frozen

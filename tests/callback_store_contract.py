@@ -9,6 +9,7 @@ import datetime as dt
 import itertools
 
 import orjson
+import pytest
 
 from dispatch_async.callbacks import DeliveryEvent, DeliveryStatus, DeliveryTracker, parse_event
 
@@ -103,6 +104,29 @@ class TracksOneMessage:
                 state = await tracker.message(ref)
                 assert state is not None
                 assert (state.status, state.channel) == (status, channel), order
+
+    @pytest.mark.parametrize(
+        "at",
+        [
+            "0001-01-01T00:00:00+05:30",  # year 0 in UTC
+            "9999-12-31T23:59:59-05:00",  # year 10000 in UTC
+            "9999-12-31T23:59:59.999999Z",  # rounds to year 10000 as epoch seconds
+        ],
+    )
+    async def test_an_event_at_a_time_no_datetime_holds_is_filed_at_its_receipt(
+        self, tracker: DeliveryTracker, at: str
+    ) -> None:
+        ref = reference()
+        before = dt.datetime.now(dt.UTC)
+        stored = event(ref, "DELIVERED", at=at, number="5511900000042")
+        assert stored.occurred_at is None
+        await tracker.record(stored)
+        state = await tracker.message(ref)
+        assert state is not None
+        assert state.status is S.DELIVERED
+        assert before - dt.timedelta(seconds=1) <= state.first_event_at <= dt.datetime.now(dt.UTC)
+        assert [s.reference for s in await tracker.messages_for("5511900000042")] == [ref]
+        assert [e.timestamp for e in await tracker.events(ref)] == [at]
 
     async def test_an_unknown_reference_has_no_state(self, tracker: DeliveryTracker) -> None:
         assert await tracker.message(reference()) is None

@@ -8,6 +8,7 @@ in test_callback_receiver.py, on this server as on the mounted ones.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -16,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from dispatch_async.callbacks import CallbackServer, DeliveryEvent, DeliveryTracker, _http
+from dispatch_async.callbacks import CallbackServer, DeliveryEvent, DeliveryTracker, _framing, _http
 
 TOKEN = "k3Y-0f-th1s-rece1ver-0nly"
 PATH = f"/callbacks/{TOKEN}"
@@ -132,6 +133,17 @@ class TestBodies:
         writer.write(post(event("m-after")))  # the connection is still in step
         assert (await answer(reader))[0] == 200
 
+    async def test_chunked_bodies_one_after_the_other_are_each_read_whole(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        for reference in ("m-1", "m-2", "m-3"):
+            body = event(reference)
+            writer.write(head.encode() + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            assert (await answer(reader))[0] == 200
+            assert await server.tracker.message(reference) is not None
+
     async def test_a_body_arriving_in_pieces_is_waited_for(
         self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
     ) -> None:
@@ -202,31 +214,6 @@ class TestBodies:
 
 class TestRefusals:
     @pytest.mark.parametrize(
-        ("headers", "status"),
-        [
-            ("Content-Length : 5\r\n", 400),  # a space before the colon: smuggling
-            ("X-A: b\r\n folded\r\n", 400),  # obsolete line folding
-            ("Transfer-Encoding: chunked\r\n", 400),  # and a Content-Length
-            ("Content-Length: 3\r\n", 400),  # a second, different Content-Length
-            ("Expect: something\r\n", 417),
-        ],
-    )
-    async def test_a_head_it_will_not_read_gets_an_error_and_the_connection_closed(
-        self,
-        server: CallbackServer,
-        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        headers: str,
-        status: int,
-    ) -> None:
-        reader, writer = connection
-        writer.write(post(event("m-1"), headers=headers) + post(event("m-2")))
-        answered, answer_headers, _ = await answer(reader)
-        assert (answered, answer_headers["connection"]) == (status, "close")
-        assert await closed(reader)
-        assert await server.tracker.message("m-1") is None
-        assert await server.tracker.message("m-2") is None
-
-    @pytest.mark.parametrize(
         "chunks",
         [
             b"zz\r\n{}\r\n0\r\n\r\n",  # a size that is not hexadecimal
@@ -276,7 +263,7 @@ class TestRefusals:
         self, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
     ) -> None:
         reader, writer = connection
-        writer.write(post(event("m-1"), headers=f"X-Big: {'x' * _http.MAX_HEAD_BYTES}\r\n"))
+        writer.write(post(event("m-1"), headers=f"X-Big: {'x' * _framing.MAX_HEAD_BYTES}\r\n"))
         assert (await answer(reader))[0] == 431
 
     @pytest.mark.parametrize("path", ["/elsewhere/" + TOKEN, "/" + TOKEN, "/callbacks/x/" + TOKEN])
@@ -299,6 +286,148 @@ class TestRefusals:
         assert (await answer(reader))[0] == 200
         writer.write(post(event("m-2"), path=f"http://127.0.0.1:{server.port}{PATH}"))
         assert (await answer(reader))[0] == 200
+
+
+PROBE = event("probe")
+CHUNKED = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+
+
+def chunked(size_line: bytes, data: bytes = PROBE, end: bytes = b"\r\n0\r\n\r\n") -> bytes:
+    return CHUNKED + size_line + b"\r\n" + data + end
+
+
+def head(*fields: str, version: str = "1.1") -> bytes:
+    lines = [f"POST {PATH} HTTP/{version}", "Host: x", *fields]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + PROBE
+
+
+#: Requests that two HTTP parsers could read differently (each a way to smuggle one
+#: request inside another), with the status each gets before its connection closes.
+PROBES = {
+    "CL and TE": (head(f"Content-Length: {len(PROBE)}", "Transfer-Encoding: chunked"), 400),
+    "two Content-Lengths": (head(f"Content-Length: {len(PROBE)}", "Content-Length: 3"), 400),
+    "Content-Length +N": (head(f"Content-Length: +{len(PROBE)}"), 400),
+    "Content-Length -1": (head("Content-Length: -1"), 400),
+    "Content-Length of 4,301 digits": (head("Content-Length: " + "9" * 4301), 400),
+    "Content-Length of 19 digits": (head("Content-Length: " + "1" * 19), 400),
+    "obs-fold": (head(f"Content-Length: {len(PROBE)}", "X-A: b", " folded"), 400),
+    "space before the colon": (head(f"Content-Length : {len(PROBE)}"), 400),
+    "TE: chunked, identity": (head("Transfer-Encoding: chunked, identity"), 501),
+    "TE twice": (head("Transfer-Encoding: chunked", "Transfer-Encoding: chunked"), 501),
+    "chunk data not followed by CRLF": (chunked(b"%x" % (len(PROBE) - 1)), 400),
+    "chunk size overflow": (chunked(b"1" + b"0" * 16 + b"%x" % len(PROBE)), 413),
+    "chunk size 0x": (chunked(b"0x%x" % len(PROBE)), 400),
+    "chunk size +": (chunked(b"+%x" % len(PROBE)), 400),
+    "chunk size _": (chunked(b"%x_%x" % divmod(len(PROBE), 16)), 400),
+    "chunk size after a space": (chunked(b" %x" % len(PROBE)), 400),
+    "bare LF in a chunk extension": (chunked(b"%x;a\nb" % len(PROBE)), 400),
+    "bare CR in a chunk extension": (chunked(b"%x;a\rb" % len(PROBE)), 400),
+    "bare LF ending a chunk size": (
+        CHUNKED + b"%x\n" % len(PROBE) + PROBE + b"\r\n0\r\n\r\n",
+        400,
+    ),
+    "bare LF in a trailer": (chunked(b"%x" % len(PROBE), end=b"\r\n0\r\nA: b\nC: d\r\n\r\n"), 400),
+    "bare LF in the head": (
+        f"POST {PATH} HTTP/1.1\r\nHost: x\nContent-Length: {len(PROBE)}\r\n\r\n".encode() + PROBE,
+        400,
+    ),
+    "bare LF ending the request line": (
+        f"POST {PATH} HTTP/1.1\nContent-Length: {len(PROBE)}\r\n\r\n".encode() + PROBE,
+        400,
+    ),
+    "NUL in a value": (head(f"Content-Length: {len(PROBE)}", "X-A: a\x00b"), 400),
+    "control byte in a value": (head(f"Content-Length: {len(PROBE)}", "X-A: a\x01b"), 400),
+    "DEL in a value": (head(f"Content-Length: {len(PROBE)}", "X-A: a\x7fb"), 400),
+    "Expect other than 100-continue": (head(f"Content-Length: {len(PROBE)}", "Expect: x"), 417),
+    "HTTP/1.2": (head(f"Content-Length: {len(PROBE)}", version="1.2"), 505),
+}
+
+
+class TestFramingProbes:
+    """Each probe on a fresh connection, then a well-formed request (a desync canary): the
+    probe gets its error and the connection closes; the canary is never misread."""
+
+    @pytest.mark.parametrize(("probe", "status"), PROBES.values(), ids=PROBES.keys())
+    async def test_a_request_read_two_ways_is_refused_and_the_connection_closed(
+        self,
+        server: CallbackServer,
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        probe: bytes,
+        status: int,
+    ) -> None:
+        reader, writer = connection
+        writer.write(probe + post(event("canary")))
+        answered, headers, _ = await answer(reader)
+        assert (answered, headers["connection"]) == (status, "close")
+        assert await closed(reader)
+        assert await server.tracker.message("probe") is None
+        assert await server.tracker.message("canary") is None
+
+    @pytest.mark.parametrize(
+        "size_line",
+        [b"%x" % len(PROBE), b"%X" % len(PROBE), b"00%x" % len(PROBE), b"%x ; a=b" % len(PROBE)],
+    )
+    async def test_a_well_formed_chunk_size_is_read_and_the_connection_kept(
+        self,
+        server: CallbackServer,
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        size_line: bytes,
+    ) -> None:
+        reader, writer = connection
+        writer.write(chunked(size_line) + post(event("canary")))
+        assert [(await answer(reader))[0] for _ in range(2)] == [200, 200]
+        assert await server.tracker.message("probe") is not None
+        assert await server.tracker.message("canary") is not None
+
+
+class TestBounds:
+    async def test_trailers_past_the_head_limit_get_400_and_the_connection_closed(
+        self, server: CallbackServer, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        trailer = b"X-T: " + b"t" * 1000 + b"\r\n"
+        writer.write(chunked(b"%x" % len(PROBE), end=b"\r\n0\r\n"))
+        for _ in range(2 * _framing.MAX_HEAD_BYTES // len(trailer)):
+            writer.write(trailer)
+        status, headers, body = await answer(reader)
+        assert (status, headers["connection"]) == (400, "close")
+        assert b"chunk framing" in body
+        assert await closed(reader)
+        assert await server.tracker.message("probe") is None
+
+    async def test_chunk_extensions_past_the_head_limit_get_400(
+        self, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    ) -> None:
+        reader, writer = connection
+        piece = b"1;" + b"e" * 1000 + b"\r\n{\r\n"
+        writer.write(CHUNKED + piece * (2 * _framing.MAX_HEAD_BYTES // len(piece)))
+        assert (await answer(reader))[0] == 400
+        assert await closed(reader)
+
+
+class TestBodyTimeout:
+    @pytest.mark.parametrize("chunks", [False, True])
+    async def test_a_body_not_sent_in_time_gets_408_and_the_connection_closed(
+        self, tmp_path: Path, chunks: bool
+    ) -> None:
+        async with CallbackServer(
+            DeliveryTracker(tmp_path / "d.sqlite3"), token=TOKEN, body_timeout=0.1
+        ) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            request = chunked(b"%x" % len(PROBE)) if chunks else post(PROBE)
+            writer.write(request[:-10])  # the head, and part of the body
+            status, headers, body = await answer(reader)
+            assert (status, headers["connection"]) == (408, "close")
+            assert b"in time" in body
+            assert await closed(reader)
+            writer.close()
+            await writer.wait_closed()
+            assert await server.tracker.message("probe") is None
+
+    def test_the_guide_states_the_default(self) -> None:
+        guide = (Path(__file__).parent.parent / "docs/guides/delivery-tracking.md").read_text()
+        default = inspect.signature(CallbackServer).parameters["body_timeout"].default
+        assert f"`body_timeout` ({default:g} s) | 408" in guide
 
 
 class TestClosing:
@@ -421,14 +550,16 @@ class TestBackpressure:
             async with asyncio.timeout(5):
                 await writing.wait()
             pipelined = b"".join(post(event(f"m-{i}")) for i in range(1, 201))
-            assert len(pipelined) > _http.MAX_HEAD_BYTES + 1000
+            assert len(pipelined) > _framing.MAX_HEAD_BYTES + 1000
             writer.write(pipelined)
             try:
                 async with asyncio.timeout(5):
                     await paused.wait()
                 assert server._site is not None
                 (connection,) = server._site.connections
-                assert not connection.expired(time.monotonic() + 3600)  # not while storing
+                connection.sweep(time.monotonic() + 3600)  # not closed while storing
+                assert connection.transport is not None
+                assert not connection.transport.is_closing()
             finally:
                 release.set()
             statuses = [(await answer(reader))[0] for _ in range(201)]

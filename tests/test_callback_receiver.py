@@ -225,6 +225,15 @@ class TestStores:
         assert (await post(chunks)) == (200, {"status": "stored"})
         assert await tracker.message("m-1") is not None
 
+    async def test_an_event_at_a_time_no_datetime_holds_gets_200_and_reads_back(
+        self, post: Post, tracker: DeliveryTracker
+    ) -> None:
+        assert (await post(event_body(timestamp="0001-01-01T00:00:00+05:30")))[0] == 200
+        state = await tracker.message("m-1")
+        assert state is not None
+        assert state.first_event_at.year >= 2024  # its receipt time
+        assert [s.reference for s in await tracker.messages_for(NUMBER)] == ["m-1"]
+
     async def test_a_closed_tracker_gets_503(self, post: Post, tracker: DeliveryTracker) -> None:
         await tracker.aclose()
         assert (await post(event_body()))[0] == 503
@@ -520,6 +529,45 @@ class TestTheASGIAppOnItsOwn:
         assert [inside[0]["status"], outside[0]["status"], ipv6[0]["status"]] == [200, 403, 403]
 
 
+PREVIOUS = "the-previous-t0ken-still-out"
+
+
+class TestRotation:
+    """A URL rotated: the service may still deliver to the old one for a while."""
+
+    @pytest.fixture
+    def settings(self) -> dict[str, Any]:
+        return {"previous_tokens": [PREVIOUS]}
+
+    @pytest.mark.parametrize("token", [TOKEN, PREVIOUS])
+    async def test_the_current_and_the_previous_token_are_both_stored(
+        self, post: Post, tracker: DeliveryTracker, token: str
+    ) -> None:
+        assert (await post(event_body(), token=token))[0] == 200
+        assert await tracker.message("m-1") is not None
+
+    async def test_any_other_token_gets_404(self, post: Post, tracker: DeliveryTracker) -> None:
+        assert (await post(event_body(), token=PREVIOUS[:-1] + "x"))[0] == 404
+        assert await tracker.message("m-1") is None
+
+    async def test_every_token_is_compared_whichever_matches(
+        self, post: Post, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        compared: list[bytes] = []
+        real = hmac.compare_digest
+
+        def spy(a: bytes, b: bytes) -> bool:
+            compared.append(b)
+            return real(a, b)
+
+        monkeypatch.setattr(hmac, "compare_digest", spy)
+        await post(event_body(), token=TOKEN)
+        assert compared == [TOKEN.encode(), PREVIOUS.encode()]
+
+    def test_the_url_carries_the_current_token(self, receiver: CallbackReceiver) -> None:
+        assert receiver.url("https://example.com/cb") == f"https://example.com/cb/{TOKEN}"
+
+
 class TestLogs:
     async def test_numbers_appear_only_at_debug_and_the_token_never(
         self, post: Post, caplog: pytest.LogCaptureFixture
@@ -546,6 +594,32 @@ class TestConfiguration:
     ) -> None:
         with pytest.raises(da.ConfigurationError, match="at least 16"):
             CallbackServer(tracker, token="")
+
+    @pytest.mark.parametrize("char", ["#", "?", "%", " ", "ç", "/", ".", "~", "+", "="])
+    @pytest.mark.parametrize("where", ["token", "previous_tokens"])
+    def test_a_token_a_url_would_change_is_refused_without_being_shown(
+        self, tracker: DeliveryTracker, char: str, where: str
+    ) -> None:
+        secret = "s3cret-part-of-the-t0ken" + char + "tail"
+        given: dict[str, Any] = {"token": secret if where == "token" else TOKEN}
+        if where == "previous_tokens":
+            given["previous_tokens"] = [secret]
+        with pytest.raises(da.ConfigurationError, match="letters, digits, '-' and '_'") as caught:
+            CallbackReceiver(tracker, **given)
+        assert where in str(caught.value)
+        assert "s3cret" not in str(caught.value)
+
+    def test_a_server_refuses_such_a_token_before_it_starts(self, tracker: DeliveryTracker) -> None:
+        with pytest.raises(da.ConfigurationError, match="letters, digits"):
+            CallbackServer(tracker, token="a-token-with-a-#-in-it-0123")
+
+    def test_new_tokens_are_accepted(self, tracker: DeliveryTracker) -> None:
+        for _ in range(100):
+            CallbackReceiver(tracker, token=CallbackReceiver.new_token())
+
+    def test_previous_tokens_as_one_string_is_refused(self, tracker: DeliveryTracker) -> None:
+        with pytest.raises(da.ConfigurationError, match="not one string"):
+            CallbackReceiver(tracker, token=TOKEN, previous_tokens=PREVIOUS)
 
     def test_an_unreadable_address_is_refused(self, tracker: DeliveryTracker) -> None:
         with pytest.raises(da.ConfigurationError, match=r"'example\.com'"):

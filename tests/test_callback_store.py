@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sqlite3
+import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -90,6 +92,54 @@ class TestTheFile:
         with sqlite3.connect(path) as other:
             assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         other.close()
+
+    @pytest.mark.parametrize("umask", [0o000, 0o022, 0o277])
+    async def test_the_file_and_its_wal_and_journal_are_its_owners_alone_whatever_the_umask(
+        self, path: Path, umask: int
+    ) -> None:
+        previous = os.umask(umask)
+        try:
+            async with DeliveryTracker(path) as tracker:
+                await tracker.record(event(reference(), "DELIVERED"))
+                made = sorted(p.name for p in path.parent.iterdir())
+                modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in path.parent.iterdir()}
+        finally:
+            os.umask(previous)
+        assert made == [path.name, f"{path.name}-shm", f"{path.name}-wal"]
+        assert set(modes.values()) == {0o600}
+
+    async def test_a_rollback_journal_is_its_owners_alone(self, path: Path) -> None:
+        previous = os.umask(0)
+        try:
+            async with DeliveryTracker(path):
+                pass
+            with sqlite3.connect(path) as other:  # out of WAL: a journal per transaction
+                other.execute("PRAGMA journal_mode = DELETE")
+                other.execute("PRAGMA journal_mode = PERSIST")
+                other.execute(
+                    "INSERT INTO events (reference, key, received, body) VALUES ('r', 'k', 0, x'')"
+                )
+            other.close()
+        finally:
+            os.umask(previous)
+        assert stat.S_IMODE(os.stat(f"{path}-journal").st_mode) == 0o600
+
+    async def test_a_time_stored_out_of_range_by_an_earlier_version_reads_back(
+        self, path: Path
+    ) -> None:
+        ref = reference()
+        async with DeliveryTracker(path) as tracker:
+            await tracker.record(event(ref, "DELIVERED", number="5511900000043"))
+        with sqlite3.connect(path) as other:  # as 0001-01-01T00:00:00+05:30 was stored
+            other.execute(
+                "UPDATE messages SET first_at = -62135616600.0 WHERE reference = ?", (ref,)
+            )
+        other.close()
+        async with DeliveryTracker(path) as tracker:
+            state = await tracker.message(ref)
+            assert state is not None
+            assert state.first_event_at.year == 1
+            assert [s.reference for s in await tracker.messages_for("5511900000043")] == [ref]
 
     async def test_state_outlives_the_tracker(self, path: Path) -> None:
         ref = reference()

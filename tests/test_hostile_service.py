@@ -18,6 +18,8 @@ from aiohttp import web
 
 import dispatch_async as da
 from dispatch_async import _transport
+from dispatch_async._endpoints import BASIC, envelope
+from dispatch_async.callbacks import CallbackReceiver
 from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .conftest import SECRET, TEMPLATE, numbers, session_for
@@ -215,6 +217,32 @@ class TestNoAnswerBytesInErrors:
                     await session.send_template(numbers(1), **TEMPLATE)
         said = everything_said(caught.value)
         assert not any(shown in said for shown in forms_of(secret))
+
+    @pytest.mark.parametrize("form", range(4))
+    @pytest.mark.parametrize("field", ["callback", "webhook"])
+    @pytest.mark.parametrize("where", ["/callbacks/{}", "/callbacks/{}/", "/hook?key={}&v=1"])
+    async def test_an_answer_quoting_the_callback_url_never_shows_its_token(
+        self, server: FakeDispatchServer, form: int, field: str, where: str
+    ) -> None:
+        token = CallbackReceiver.new_token()
+        url = "https://hooks.example.com" + where.format(token)
+        echoed = forms_of(url)[form]
+        server.script(Fault.status(400, body=f'{{"error": "invalid {field}: {echoed}"}}'))
+        async with session_for(server, retry=da.RetryPolicy(attempts=1)) as session:
+            if field == "callback":
+                result = await session.send_basic(numbers(2), text="oi", callback=url)
+            else:
+                result = await session.send_webhook(numbers(2), webhook=url, text="oi")
+        assert len(result.failed) == 2
+        for failure in result.failed:
+            assert isinstance(failure.error, da.ClientStatusError)
+            said = everything_said(failure.error)
+            assert f"invalid {field}" in said
+            assert not any(shown in said for shown in forms_of(token))
+
+    def test_a_request_holding_a_callback_url_does_not_show_it_in_its_repr(self) -> None:
+        fields = envelope(BASIC, account="a", text="oi", callback="https://h/cb/" + LEAKED)
+        assert LEAKED not in repr(fields)
 
     async def test_a_status_error_keeps_no_location_header(self) -> None:
         app = web.Application()

@@ -21,7 +21,7 @@ from yarl import URL
 
 import dispatch_async as da
 from dispatch_async import _transport
-from dispatch_async._redaction import redacted
+from dispatch_async._redaction import redacted, url_secrets
 
 BASE = "https://api.example.test"
 SECRET = "s3cr3t-CLIENT-value"
@@ -356,3 +356,24 @@ class TestRedactionProperties:
         text = redacted(blob, (secret,))
         alone = base64_of(blob, shift, len(data))
         assert not any(alone[i : i + 8] in text for i in range(len(alone) - 7))
+
+
+class TestUrlSecrets:
+    @pytest.mark.parametrize(
+        ("url", "keys"),
+        [
+            ("https://h.example/callbacks/" + "t" * 43, ("t" * 43,)),
+            ("https://h.example/callbacks/" + "t" * 43 + "/", ("t" * 43,)),
+            (
+                "https://user:pa55word-long@h.example/cb?key=k3y-of-the-hook&v=1",
+                ("pa55word-long", "k3y-of-the-hook"),
+            ),
+            ("https://h.example/cb", ()),  # nothing that long: no key to hide
+            ("http://[::1/" + "t" * 20, ("http://[::1/" + "t" * 20,)),  # unreadable: all of it
+            (None, ()),
+        ],
+    )
+    def test_a_urls_keys_are_its_last_segment_password_and_query_values(
+        self, url: str | None, keys: tuple[str, ...]
+    ) -> None:
+        assert url_secrets(url) == keys

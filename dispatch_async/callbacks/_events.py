@@ -178,15 +178,26 @@ def number_key(number: str | None) -> str:
     return "".join(c for c in number if "0" <= c <= "9")
 
 
+#: The epoch seconds of every moment a datetime holds in UTC, a day in from each end.
+EARLIEST: Final = dt.datetime(1, 1, 2, tzinfo=dt.UTC).timestamp()
+LATEST: Final = dt.datetime(9999, 12, 30, tzinfo=dt.UTC).timestamp()
+
+
 def parse_time(text: str | None) -> dt.datetime | None:
-    """An ISO 8601 timestamp as an aware datetime (UTC assumed without offset), or None."""
+    """An ISO 8601 timestamp as an aware datetime (UTC assumed without offset), or None.
+
+    None too for a moment too near year 1 or 9999 to be read back in UTC
+    (``0001-01-01T00:00:00+05:30`` is in year 0): it is stored at its receipt time.
+    """
     if not text:
         return None
     try:
         moment = dt.datetime.fromisoformat(text.strip())
     except ValueError:
         return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment if EARLIEST <= moment.timestamp() <= LATEST else None
 
 
 def _text(value: object) -> str | None:

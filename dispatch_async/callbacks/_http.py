@@ -6,24 +6,24 @@ benchmarks run on (``benchmarks/README.md``), more than the receiver's whole bud
 requests with a ``Content-Length`` or a chunked body, answers them in order, and closes
 the connection after anything it does not read exactly (a malformed head, both
 ``Content-Length`` and ``Transfer-Encoding``, a refusal), so no request can be smuggled
-past it. Mounting the receiver in an app (``aiohttp_handler``, ``asgi_app``) is unchanged.
+past it. The bytes are read by ``_framing`` (pure); this module does the I/O, the
+timeouts (``body_timeout``: 408) and the answers. Mounting the receiver in an app
+(``aiohttp_handler``, ``asgi_app``) is unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
-import re
 import time
 from typing import Final
 
-from ._receiver import Answer, CallbackReceiver
+from ._framing import MAX_HEAD_BYTES, ChunkedBody, Head, Malformed
+from ._receiver import Answer, CallbackReceiver, error_body
 
 __all__ = ["Site"]
 
 
-#: A request's line and headers, at most (a callback's are a few hundred bytes).
-MAX_HEAD_BYTES: Final = 16 * 1024
 #: Seconds a request may take to arrive whole, from its first byte.
 REQUEST_TIMEOUT: Final = 30.0
 #: Seconds an idle keep-alive connection stays open (aiohttp's default too).
@@ -54,116 +54,12 @@ _REASONS: Final = {
 }
 
 
-class _Bad(Exception):
-    """A request this server will not read on: answered, then the connection closed."""
+class _Refused(Exception):
+    """A request the receiver refuses (`CallbackReceiver.refuse`) before its body."""
 
     def __init__(self, answer: Answer) -> None:
         super().__init__(answer.status)
         self.answer = answer
-
-
-def _bad(status: int, message: str) -> _Bad:
-    return _Bad(Answer(status, b'{"error":"' + message.encode() + b'"}'))
-
-
-#: Header fields as RFC 9112 has them: a token, a colon, a value on one line. A space
-#: before the colon or a folded line (both ways to smuggle a request) does not match.
-_FIELDS: Final = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")
-
-
-class _Head:
-    """What a request's head says: everything but its body. Never changed once made."""
-
-    __slots__ = ("chunked", "close", "expect", "length", "method", "path", "size")
-
-    def __init__(self, data: bytes) -> None:
-        line_end = data.find(b"\r\n")
-        parts = (data if line_end < 0 else data[:line_end]).split(b" ")
-        if len(parts) != 3 or not parts[0].isalpha():
-            raise _bad(400, "not an HTTP request line")
-        method, target, version = parts
-        if version not in (b"HTTP/1.1", b"HTTP/1.0"):
-            raise _bad(505, "HTTP/1.1 or 1.0 only")
-        self.method = method.decode("ascii")
-        self.path = _path(target)
-        self.size = len(data) + 4
-        # Each field on a line of its own: b"\r\nname:" finds it, never inside a value.
-        fields = b"" if line_end < 0 else data[line_end:] + b"\r\n"
-        if _FIELDS.fullmatch(fields, 2) is None:
-            raise _bad(400, "malformed header")
-        fields = fields.lower()
-        length = _values(fields, b"\r\ncontent-length:")
-        if length and (not length[0].isdigit() or len(set(length)) > 1):
-            raise _bad(400, "malformed Content-Length")
-        self.length = int(length[0]) if length else None
-        self.chunked = b"\r\ntransfer-encoding:" in fields
-        if self.chunked and _values(fields, b"\r\ntransfer-encoding:") != [b"chunked"]:
-            raise _bad(501, "only the chunked transfer coding is understood")
-        if self.chunked and self.length is not None:
-            raise _bad(400, "both Content-Length and Transfer-Encoding")
-        self.expect = b"\r\nexpect:" in fields
-        if self.expect and _values(fields, b"\r\nexpect:") != [b"100-continue"]:
-            raise _bad(417, "only Expect: 100-continue is understood")
-        self.close = version == b"HTTP/1.0"
-        if b"\r\nconnection:" in fields:
-            values = _values(fields, b"\r\nconnection:")
-            tokens = {token.strip() for value in values for token in value.split(b",")}
-            self.close = b"close" in tokens or (self.close and b"keep-alive" not in tokens)
-
-
-def _values(fields: bytes, name: bytes) -> list[bytes]:
-    """The values of every field *name* (lowercase, with its ``\\r\\n`` and colon)."""
-    values = []
-    at = fields.find(name)
-    while at >= 0:
-        start = at + len(name)
-        end = fields.find(b"\r\n", start)
-        values.append(fields[start:end].strip(b" \t"))
-        at = fields.find(name, end)
-    return values
-
-
-def _path(target: bytes) -> str:
-    if target.startswith((b"http://", b"https://")):  # absolute-form (RFC 9112 3.2.2)
-        target = b"/" + target.split(b"/", 3)[3] if target.count(b"/") >= 3 else b"/"
-    if not target.startswith(b"/"):
-        raise _bad(400, "not a path")
-    return target.partition(b"?")[0].decode("ascii", "replace")
-
-
-def _chunks(data: bytearray, start: int, limit: int) -> tuple[bytes, int] | None:
-    """A chunked body from *start*: (body, where it ends), or None while incomplete."""
-    body = bytearray()
-    at = start
-    while True:
-        line_end = data.find(b"\r\n", at)
-        if line_end < 0:
-            if len(data) - at > 1024:
-                raise _bad(400, "malformed chunk size")
-            return None
-        size_text = bytes(data[at:line_end]).partition(b";")[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise _bad(400, "malformed chunk size") from None
-        if size < 0 or len(body) + size > limit:
-            raise _bad(413, "the body is larger than this receiver accepts")
-        at = line_end + 2
-        if size == 0:
-            break
-        if len(data) < at + size + 2:
-            return None
-        if data[at + size : at + size + 2] != b"\r\n":
-            raise _bad(400, "malformed chunk")
-        body += data[at : at + size]
-        at += size + 2
-    while True:  # trailer fields, ignored, up to the empty line
-        line_end = data.find(b"\r\n", at)
-        if line_end < 0:
-            return None
-        if line_end == at:
-            return bytes(body), at + 2
-        at = line_end + 2
 
 
 class _Date:
@@ -200,6 +96,10 @@ class _Connection(asyncio.BufferedProtocol):
         self.waiting: asyncio.Future[None] | None = None  # the request being stored
         self.close_after = False
         self.since = time.monotonic()  # last answer, or the current request's first byte
+        self.scanned = 0  # how far the buffer was searched for the end of a head
+        self.head: Head | None = None  # the head of a request whose body is arriving
+        self.chunks: ChunkedBody | None = None  # its chunked body, as read so far
+        self.body_since = 0.0  # when that head came
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -225,21 +125,28 @@ class _Connection(asyncio.BufferedProtocol):
             assert self.transport is not None
             self.transport.pause_reading()  # pipelined faster than it is stored
 
-    def expired(self, now: float) -> bool:
-        """Whether it idled past the keep-alive, or a request is arriving too slowly."""
-        if self.waiting is not None:
-            return False
-        limit = REQUEST_TIMEOUT if self.buffer else KEEPALIVE_TIMEOUT
-        return now - self.since > limit
+    def sweep(self, now: float) -> None:
+        """Close it if it idled past the keep-alive or a request is arriving too slowly;
+        a body slower than the receiver's ``body_timeout`` gets its 408 first."""
+        if self.waiting is not None or self.transport is None:
+            return
+        if self.head is not None and now - self.body_since > self.receiver.body_timeout:
+            self._answer(self.receiver.too_slow(self.remote), close=True)
+        elif now - self.since > (REQUEST_TIMEOUT if self.buffer else KEEPALIVE_TIMEOUT):
+            self.transport.close()
 
     def _next(self) -> None:
         while self.transport is not None and self.waiting is None and not self.close_after:
-            while self.buffer.startswith(b"\r\n"):  # RFC 9112 2.2: empty lines between
-                del self.buffer[:2]
+            if self.head is None:
+                while self.buffer.startswith(b"\r\n"):  # RFC 9112 2.2: empty lines between
+                    del self.buffer[:2]
             try:
                 request = self._request()
-            except _Bad as bad:
-                self._answer(bad.answer, close=True)
+            except Malformed as bad:
+                self._answer(Answer(bad.status, error_body(bad.message)), close=True)
+                return
+            except _Refused as refused:  # before its body is read
+                self._answer(refused.answer, close=True)
                 return
             if request is None:
                 return
@@ -253,39 +160,50 @@ class _Connection(asyncio.BufferedProtocol):
             self.waiting = taken
             taken.add_done_callback(self._stored)
 
-    def _request(self) -> tuple[_Head, bytes] | None:
-        """The next whole request in the buffer (consumed), or None while incomplete."""
+    def _request(self) -> tuple[Head, bytes] | None:
+        """The next whole request in the buffer (consumed), or None while incomplete.
+        Each read goes on where the last stopped: nothing is scanned twice."""
         buffer = self.buffer
-        end = buffer.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
-        if end < 0:
-            if len(buffer) > MAX_HEAD_BYTES:
-                raise _bad(431, "the request head is too large")
-            return None
-        data = bytes(buffer[:end])
-        head = self.site.heads.get(data)
+        head = self.head
         if head is None:
-            head = _Head(data)
-            if len(data) <= _CACHED_HEAD_BYTES and len(self.site.heads) < _CACHED_HEADS:
-                self.site.heads[data] = head
-        path = head.path if head.path.rstrip("/").rpartition("/")[0] == self.site.prefix else ""
-        refused = self.receiver.refuse(head.method, path, self.remote, head.length)
-        if refused is not None:
-            raise _Bad(refused)
-        if head.expect and len(buffer) == head.size and self.transport is not None:
-            # The head has come, none of the body: the client waits for this (once,
-            # since any later read brings body bytes).
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if head.chunked:
-            found = _chunks(buffer, head.size, self.receiver.max_body_bytes)
-            if found is None:
+            end = buffer.find(b"\r\n\r\n", self.scanned, MAX_HEAD_BYTES + 4)
+            if end < 0:
+                if len(buffer) > MAX_HEAD_BYTES:
+                    raise Malformed(431, "the request head is too large")
+                self.scanned = max(len(buffer) - 3, 0)
                 return None
-            body, consumed = found
+            data = bytes(buffer[:end])
+            head = self.site.heads.get(data)
+            if head is None:
+                head = Head(data)
+                if len(data) <= _CACHED_HEAD_BYTES and len(self.site.heads) < _CACHED_HEADS:
+                    self.site.heads[data] = head
+            path = head.path if head.path.rstrip("/").rpartition("/")[0] == self.site.prefix else ""
+            refused = self.receiver.refuse(head.method, path, self.remote, head.length)
+            if refused is not None:
+                raise _Refused(refused)
+            if head.expect and len(buffer) == head.size and self.transport is not None:
+                # The head has come, none of the body: the client waits for this.
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        chunks = self.chunks
+        if head.chunked:
+            if chunks is None:
+                chunks = ChunkedBody(head.size, self.receiver.max_body_bytes)
+            consumed = chunks.read(buffer)
         else:
             consumed = head.size + (head.length or 0)
             if len(buffer) < consumed:
-                return None
-            body = bytes(buffer[head.size : consumed])
+                consumed = None
+        if consumed is None:  # kept, to go on with on the next read
+            if self.head is None:  # the body's time starts with its head
+                self.head, self.chunks, self.body_since = head, chunks, time.monotonic()
+            return None
+        body = bytes(buffer[head.size : consumed]) if chunks is None else bytes(chunks.body)
         del buffer[:consumed]
+        if self.head is not None:
+            self.head = self.chunks = None
+        if self.scanned:
+            self.scanned = 0
         return head, body
 
     def _stored(self, done: asyncio.Future[None]) -> None:
@@ -327,7 +245,7 @@ class Site:
         self.read_buffer = memoryview(bytearray(_READ_SIZE))
         #: Heads read before: a client sends the same one again and again (its
         #: Content-Length aside), and reading it costs more than the rest of the HTTP.
-        self.heads: dict[bytes, _Head] = {}
+        self.heads: dict[bytes, Head] = {}
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -360,6 +278,5 @@ class Site:
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
-            for connection in [c for c in self.connections if c.expired(now)]:
-                if connection.transport is not None:
-                    connection.transport.close()
+            for connection in list(self.connections):
+                connection.sweep(now)

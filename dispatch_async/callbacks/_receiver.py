@@ -14,6 +14,7 @@ import contextlib
 import hmac
 import ipaddress
 import logging
+import re
 import secrets
 from collections.abc import Collection
 from typing import Final, NamedTuple
@@ -27,7 +28,7 @@ from .._exceptions import (
 from ._events import parse_event
 from ._tracker import DeliveryTracker
 
-__all__ = ["Answer", "CallbackReceiver"]
+__all__ = ["Answer", "CallbackReceiver", "error_body"]
 
 log = logging.getLogger("dispatch_async.callbacks")
 
@@ -37,6 +38,8 @@ DEFAULT_MAX_BODY_BYTES: Final = 64 * 1024
 DEFAULT_BODY_TIMEOUT: Final = 10.0
 #: A shorter token could be guessed.
 MIN_TOKEN_CHARS: Final = 16
+#: What `new_token` makes (``secrets.token_urlsafe``), and all a URL path carries as is.
+_URL_SAFE: Final = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class Answer(NamedTuple):
@@ -63,8 +66,11 @@ class CallbackReceiver:
 
     Args:
         tracker: where events go; open it before the first callback arrives.
-        token: the secret last segment of the callback URL (`new_token` makes one);
-            at least 16 characters.
+        token: the secret last segment of the callback URL (`new_token` makes one):
+            at least 16 characters of the URL-safe alphabet (letters, digits, ``-``
+            and ``_``), the only ones a URL carries unchanged.
+        previous_tokens: tokens also accepted, while the service still holds a URL
+            being replaced (a rotation: see the delivery-tracking guide).
         allowed_ips: addresses or networks (``"203.0.113.0/24"``) that may post; None
             lets any address post. The address is the TCP peer's: behind a proxy, let
             the proxy restrict them.
@@ -73,7 +79,8 @@ class CallbackReceiver:
             web server's to bound: behind a proxy that enforces timeouts, on the Internet.
 
     Raises:
-        ConfigurationError: a short token or an unreadable address.
+        ConfigurationError: a short token, one with a character outside the URL-safe
+            alphabet, or an unreadable address.
     """
 
     def __init__(
@@ -81,19 +88,18 @@ class CallbackReceiver:
         tracker: DeliveryTracker,
         *,
         token: str,
+        previous_tokens: Collection[str] = (),
         allowed_ips: Collection[str] | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
     ) -> None:
-        if not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS or "/" in token:
-            raise ConfigurationError(
-                f"the callback token must be at least {MIN_TOKEN_CHARS} characters, "
-                "without '/' (CallbackReceiver.new_token() makes one)"
-            )
+        if isinstance(previous_tokens, str):
+            raise ConfigurationError("previous_tokens: a collection of tokens, not one string")
         self.tracker = tracker
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
-        self._token = token.encode()
+        self._token = _checked(token, "token")
+        self._tokens = (self._token, *(_checked(t, "previous_tokens") for t in previous_tokens))
         self._networks = None if allowed_ips is None else [_network(ip) for ip in allowed_ips]
 
     def __repr__(self) -> str:
@@ -119,8 +125,9 @@ class CallbackReceiver:
         if self._networks is not None and not _allowed(remote, self._networks):
             log.warning("refused a callback from %s: not an allowed address (403)", remote)
             return _FORBIDDEN
-        given = path.rstrip("/").rpartition("/")[2]
-        if not hmac.compare_digest(given.encode(), self._token):
+        given = path.rstrip("/").rpartition("/")[2].encode()
+        # Every token compared, so the time taken says nothing of which one matched.
+        if sum(hmac.compare_digest(given, token) for token in self._tokens) == 0:
             log.info("refused a callback from %s: wrong or missing token (404)", remote)
             return _NOT_FOUND
         if method != "POST":
@@ -158,7 +165,7 @@ class CallbackReceiver:
             event = parse_event(body)
         except DeliveryEventError as exc:
             log.warning("refused a callback from %s: %s (400)", remote, exc.message)
-            return Answer(exc.status, _error(exc.message))
+            return Answer(exc.status, error_body(exc.message))
         try:
             done = self.tracker._submit(event)
         except SessionClosedError as exc:
@@ -187,7 +194,24 @@ def _unavailable(exc: DeliveryStoreError | SessionClosedError) -> Answer:
     return _UNAVAILABLE
 
 
-def _error(message: str) -> bytes:
+def _checked(token: object, name: str) -> bytes:
+    """*token* as bytes, if a callback can present it; never quoted in the error."""
+    if not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS:
+        raise ConfigurationError(
+            f"{name}: a callback token must be at least {MIN_TOKEN_CHARS} characters "
+            "(CallbackReceiver.new_token() makes one)"
+        )
+    if not _URL_SAFE.fullmatch(token):
+        raise ConfigurationError(
+            f"{name}: a callback token may hold only letters, digits, '-' and '_', the "
+            "alphabet of CallbackReceiver.new_token() (a URL may change or cut any other "
+            "character, and every callback would get 404)"
+        )
+    return token.encode()
+
+
+def error_body(message: str) -> bytes:
+    """The JSON body of an error answer saying *message*."""
     return b'{"error":"' + message.replace('"', "'").encode() + b'"}'
 
 

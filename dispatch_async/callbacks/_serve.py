@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Self
 
 from ._http import Site
-from ._receiver import DEFAULT_MAX_BODY_BYTES, CallbackReceiver
+from ._receiver import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, CallbackReceiver
 from ._tracker import DeliveryTracker
 
 __all__ = ["CallbackServer"]
@@ -34,11 +34,13 @@ class CallbackServer:
             exit, after the last answer. None: a SQLite file in the temporary
             directory, removed on exit (for tests and demos).
         token: the URL's secret token; None makes one.
+        previous_tokens: as for `CallbackReceiver` (accepted while a URL is rotated).
         host: the address to listen on.
         port: 0 picks a free port (``port`` says which once started).
         path: where the URL starts; the token follows it.
         allowed_ips: as for `CallbackReceiver`.
         max_body_bytes: as for `CallbackReceiver`.
+        body_timeout: as for `CallbackReceiver`.
     """
 
     def __init__(
@@ -46,11 +48,13 @@ class CallbackServer:
         tracker: DeliveryTracker | None = None,
         *,
         token: str | None = None,
+        previous_tokens: Collection[str] = (),
         host: str = "127.0.0.1",
         port: int = 0,
         path: str = "/callbacks",
         allowed_ips: Collection[str] | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
     ) -> None:
         self._temporary: Path | None = None
         if tracker is None:
@@ -61,8 +65,10 @@ class CallbackServer:
         self.receiver = CallbackReceiver(
             tracker,
             token=CallbackReceiver.new_token() if token is None else token,
+            previous_tokens=previous_tokens,
             allowed_ips=allowed_ips,
             max_body_bytes=max_body_bytes,
+            body_timeout=body_timeout,
         )
         self.host = host
         self.port = port

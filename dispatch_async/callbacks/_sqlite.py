@@ -188,6 +188,7 @@ class SQLiteDeliveryStore:
     # On the store's threads
 
     def _connect(self) -> sqlite3.Connection:
+        _create_private(self.path)
         connection = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=30.0
         )
@@ -270,3 +271,16 @@ def _state(row: tuple[Any, ...]) -> MessageState:
         last_event_at=utc(float(last_at)),
         events=int(events),
     )
+
+
+def _create_private(path: Path) -> None:
+    """Create the file readable by its owner only (it holds phone numbers), whatever the
+    umask; SQLite gives its WAL, shared-memory and journal files the same mode."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(descriptor, 0o600)  # a umask takes bits away from os.open's mode
+    finally:
+        os.close(descriptor)

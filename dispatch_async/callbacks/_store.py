@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import attrs
 import orjson
 
-from ._events import DeliveryEvent, event_from, number_key
+from ._events import EARLIEST, LATEST, DeliveryEvent, event_from, number_key
 from ._status import DeliveryStatus
 
 __all__ = [
@@ -140,5 +140,6 @@ def stored_event(body: bytes, key: str, received: float) -> DeliveryEvent:
 
 
 def utc(epoch: float) -> dt.datetime:
-    """Epoch seconds as an aware UTC datetime."""
-    return dt.datetime.fromtimestamp(epoch, dt.UTC)
+    """Epoch seconds as an aware UTC datetime, held within the years 1 to 9999 (a time
+    stored before `parse_time` refused the others still reads back)."""
+    return dt.datetime.fromtimestamp(min(max(epoch, EARLIEST), LATEST), dt.UTC)
