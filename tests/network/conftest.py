@@ -8,6 +8,7 @@ import contextlib
 import os
 import select
 import shutil
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,9 +34,12 @@ class NodeService:
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
 
-    async def seen(self) -> dict[str, Any]:
-        """Connections accepted, token and dispatch requests, and each number's count."""
-        connector = aiohttp.TCPConnector(force_close=True)
+    async def seen(self, context: ssl.SSLContext | None = None) -> dict[str, Any]:
+        """Connections accepted, token and dispatch requests, and each number's count.
+
+        *context*: the TLS trust to ask an HTTPS service with.
+        """
+        connector = aiohttp.TCPConnector(force_close=True, ssl=context or True)
         async with (
             aiohttp.ClientSession(connector=connector) as http,
             http.get(f"{self.url}/_seen") as answer,

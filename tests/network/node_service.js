@@ -10,14 +10,20 @@
 //   node node_service.js --idle-close-ms 300    no Keep-Alive header; an idle connection
 //                                               is closed after 300 ms, and "closed"
 //                                               printed once it is
+//   node node_service.js --tls CERT.pem KEY.pem  HTTPS with that certificate and key
 'use strict';
+const fs = require('fs');
 const http = require('http');
+const https = require('https');
 
 const args = process.argv.slice(2);
 const option = (name) => {
   const at = args.indexOf(name);
   return at === -1 ? undefined : Number(args[at + 1]);
 };
+const tlsAt = args.indexOf('--tls');
+const tls =
+  tlsAt === -1 ? null : { cert: fs.readFileSync(args[tlsAt + 1]), key: fs.readFileSync(args[tlsAt + 2]) };
 const keepAliveMs = option('--keep-alive-ms');
 const idleCloseMs = option('--idle-close-ms');
 
@@ -46,7 +52,7 @@ function dispatched(res, raw) {
   answer(res, 200, { validMessages: valid, invalidMessages: [] });
 }
 
-const server = http.createServer((req, res) => {
+const handle = (req, res) => {
   const chunks = [];
   req.on('data', (chunk) => chunks.push(chunk));
   req.on('end', () => {
@@ -63,7 +69,8 @@ const server = http.createServer((req, res) => {
     }
     return answer(res, 404, { error: 'not_found' });
   });
-});
+};
+const server = tls === null ? http.createServer(handle) : https.createServer(tls, handle);
 
 server.on('connection', () => { seen.connections += 1; });
 if (keepAliveMs !== undefined) server.keepAliveTimeout = keepAliveMs;
