@@ -31,8 +31,9 @@ const seen = { connections: 0, token: 0, dispatch: 0, numbers: {} };
 let nextId = 0;
 
 function answer(res, status, body) {
-  res.writeHead(status, { 'Content-Type': 'application/json' });
-  res.end(JSON.stringify(body));
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
+  res.end(text);
 }
 
 function dispatched(res, raw) {
