@@ -225,8 +225,9 @@ class _Body(aiohttp.payload.BytesPayload):
 
 
 def _refuse_closed(writer: AbstractStreamWriter) -> None:
-    # Nothing of the request has been written yet: on a connection the server has
-    # closed, write none of it (aiohttp makes this OSError the request's failure).
+    # Nothing of the body has been written yet (nor, since aiohttp 3.12, the headers,
+    # which go with it): on a connection the server has closed, write none of it.
+    # aiohttp makes this OSError the request's failure; handed_over stays False.
     if server_has_closed(writer):
         raise ConnectionResetError("the server closed the connection before the request")
 
