@@ -28,6 +28,7 @@ from ._exceptions import (
     SessionClosedError,
     TransportError,
 )
+from ._keepalive import IdleLife, idle_connector, server_has_closed
 
 __all__ = [
     "MAX_ANSWER_BYTES",
@@ -118,12 +119,15 @@ class Transport:
         self._session = http_session
         self._owned = http_session is None
         self._max_connections = max_connections
+        self._idle: IdleLife | None = None
 
     def open(self) -> None:
         """Create our ClientSession; call inside the running loop."""
         if self._session is None:
+            connector = idle_connector(self._max_connections)
+            self._idle = IdleLife(connector)
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._max_connections),
+                connector=connector,
                 timeout=self._timeout,
                 raise_for_status=False,
             )
@@ -168,6 +172,8 @@ class Transport:
                 raise_for_status=False,
             ) as response:
                 content = await _read_capped(response)
+                if self._idle is not None:
+                    self._idle.heed(response.headers)
                 return Answer(response.status, response.headers, content)
         except (TimeoutError, aiohttp.ClientError) as exc:
             failure, cause = _failure(exc, url, body), _cause(exc)
@@ -206,14 +212,24 @@ class _Body(aiohttp.payload.BytesPayload):
     # aiohttp < 3.12 (pyproject allows 3.10) writes the body with write(); later ones
     # call write_with_length() instead.
     async def write(self, writer: AbstractStreamWriter) -> None:  # pragma: no cover
+        _refuse_closed(writer)
         await super().write(writer)
         self.handed_over = True
 
     async def write_with_length(
         self, writer: AbstractStreamWriter, content_length: int | None
     ) -> None:
+        _refuse_closed(writer)
         await super().write_with_length(writer, content_length)
         self.handed_over = True
+
+
+def _refuse_closed(writer: AbstractStreamWriter) -> None:
+    # Nothing of the body has been written yet (nor, since aiohttp 3.12, the headers,
+    # which go with it): on a connection the server has closed, write none of it.
+    # aiohttp makes this OSError the request's failure; handed_over stays False.
+    if server_has_closed(writer):
+        raise ConnectionResetError("the server closed the connection before the request")
 
 
 async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
