@@ -29,6 +29,7 @@ from ._exceptions import (
     InvalidRecipientError,
     MalformedResponseError,
     MissingFromResponseError,
+    NetworkConfigurationError,
     RateLimitedError,
     RedirectError,
     RequestTimeoutError,
@@ -52,6 +53,7 @@ from ._models import (
     ValidMessage,
     ValidMessages,
 )
+from ._network import ssl_context
 from ._plan import PlannedChunk, plan
 from ._retry import RetryPolicy
 from ._screen import DUPLICATE as DUPLICATE_REASON
@@ -93,6 +95,7 @@ __all__ = [
     "InvalidRecipientError",
     "MalformedResponseError",
     "MissingFromResponseError",
+    "NetworkConfigurationError",
     "PlannedChunk",
     "RateLimitedError",
     "Recipient",
@@ -115,5 +118,6 @@ __all__ = [
     "basic_text_warning",
     "on_stop_signals",
     "plan",
+    "ssl_context",
     "to_e164",
 ]

@@ -23,9 +23,11 @@ from ._arguments import check_arguments
 from ._exceptions import (
     AuthenticationError,
     CallbackError,
+    ConfigurationError,
     DeadlineExceededError,
     DispatchError,
     InputError,
+    NetworkConfigurationError,
     SessionClosedError,
     TokenUnavailableError,
 )
@@ -39,8 +41,15 @@ __all__ = ["STOPS_THE_JOB", "BatchOptions", "BatchSettings", "Batcher", "Flight"
 log = logging.getLogger("dispatch_async")
 
 #: Chunk failures that no later chunk can escape (no credentials, no token, a callback
-#: that cannot go on): the job stops reading and sends nothing more.
-STOPS_THE_JOB = (AuthenticationError, CallbackError, TokenUnavailableError)
+#: that cannot go on, a base URL or a network set up wrong): the job stops reading and
+#: sends nothing more.
+STOPS_THE_JOB = (
+    AuthenticationError,
+    CallbackError,
+    ConfigurationError,
+    NetworkConfigurationError,
+    TokenUnavailableError,
+)
 
 ProgressCallback = Callable[[int, int | None], object]
 #: Awaited with a chunk's input positions just before its request first leaves.

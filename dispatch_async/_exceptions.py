@@ -5,13 +5,19 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     DispatchError
     ├── InputError (also ValueError)            bad arguments, found before anything is sent
     │   ├── InvalidRecipientError               a malformed recipient, with its position
-    │   └── ConfigurationError                  a bad base URL, setting or environment variable
+    │   └── ConfigurationError                  a bad base URL, setting or environment
+    │                                           variable (a base URL the token endpoint
+    │                                           answers 404 to, too: the job stops)
     ├── SessionClosedError (also RuntimeError)  the session is not open
     ├── EventLoopError (also RuntimeError)      used from an event loop it was not opened on
     ├── AuthenticationError                     the secret was rejected: retrying cannot help
     ├── TransportError                          the request did not complete
     │   ├── ConnectError                        never reached the service (maybe_sent=False)
-    │   │   └── TokenUnavailableError           no access token could be had: the job stops
+    │   │   ├── TokenUnavailableError           no access token could be had: the job stops
+    │   │   └── NetworkConfigurationError       will not heal: a host name that does not
+    │   │                                       resolve, a certificate that fails, TLS to a
+    │   │                                       plain port, a proxy that refuses; raised at
+    │   │                                       once (never retried), the job stops
     │   ├── ConnectionLostError                 dropped after the request was written
     │   ├── RequestTimeoutError (also TimeoutError)
     │   └── ResponseTooLargeError
@@ -72,6 +78,7 @@ __all__ = [
     "InvalidRecipientError",
     "MalformedResponseError",
     "MissingFromResponseError",
+    "NetworkConfigurationError",
     "RateLimitedError",
     "RedirectError",
     "RequestTimeoutError",
@@ -159,6 +166,27 @@ class TokenUnavailableError(ConnectError):
     Nothing was sent for want of a token, and a job stops here; unlike
     ``AuthenticationError``, the credentials were not refused.
     """
+
+
+class NetworkConfigurationError(ConnectError):
+    """The way to the service is set up so that no request can get through: retrying
+    cannot help, so none is made, and a job stops here.
+
+    A host name that does not resolve, a certificate that fails verification, TLS spoken
+    to a port that does not speak it, a proxy that refuses to connect (``CONNECT``
+    answered 403 or 407). Nothing reached the service (``maybe_sent`` False). The
+    message names the host and the proxy, never the proxy's credentials.
+    """
+
+    host: str | None
+    """The host the request was for (the service's)."""
+    proxy: str | None
+    """The proxy it went through, as ``host:port``; None without one."""
+
+    def __init__(self, message: str, *, host: str | None = None, proxy: str | None = None) -> None:
+        super().__init__(message)
+        self.host = host
+        self.proxy = proxy
 
 
 class ConnectionLostError(TransportError):
