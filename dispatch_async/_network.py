@@ -10,13 +10,14 @@ request that carries our bearer token ("Cannot combine AUTHORIZATION header").
 
 from __future__ import annotations
 
+import base64
 import functools
 import os
 import ssl
 import urllib.request
+from collections.abc import Mapping
 from typing import Final
 
-import aiohttp
 import attrs
 from yarl import URL
 
@@ -36,7 +37,8 @@ class Route:
     """
 
     proxy: URL | None = None
-    proxy_auth: aiohttp.BasicAuth | None = attrs.field(default=None, repr=False)
+    proxy_headers: Mapping[str, str] | None = attrs.field(default=None, repr=False)
+    """``Proxy-Authorization``, from the credentials in the proxy's URL."""
     tls: ssl.SSLContext | bool = True
 
     @property
@@ -96,14 +98,14 @@ def ssl_context(
                 context.load_verify_locations(capath=path)
             else:
                 context.load_verify_locations(cafile=path)
+        except ssl.SSLError:  # an OSError too: first
+            raise ConfigurationError(
+                f"the CA file {os.fspath(path)!r} holds no PEM certificate"
+            ) from None
         except OSError as exc:
             raise ConfigurationError(
                 f"the CA {'directory' if is_dir else 'file'} {os.fspath(path)!r} cannot be "
                 f"read: {exc.strerror or exc}"
-            ) from None
-        except ssl.SSLError:
-            raise ConfigurationError(
-                f"the CA file {os.fspath(path)!r} holds no PEM certificate"
             ) from None
     return context
 
@@ -121,7 +123,7 @@ def _context_from_env(cafile: str | None, capath: str | None) -> ssl.SSLContext 
     return ssl_context()
 
 
-def _proxy_from_env(base_url: URL) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+def _proxy_from_env(base_url: URL) -> tuple[URL | None, Mapping[str, str] | None]:
     value = urllib.request.getproxies_environment().get(base_url.scheme)
     # With proxies in the environment, proxy_bypass reads NO_PROXY (on every system).
     if not value or urllib.request.proxy_bypass(base_url.host or ""):
@@ -129,9 +131,10 @@ def _proxy_from_env(base_url: URL) -> tuple[URL | None, aiohttp.BasicAuth | None
     return _proxy_url(value, f"{base_url.scheme.upper()}_PROXY")
 
 
-def _proxy_url(value: str | URL, name: str) -> tuple[URL, aiohttp.BasicAuth | None]:
-    """The proxy's URL without credentials, and the credentials. *name* is for messages,
-    which never quote the value: it may hold a password."""
+def _proxy_url(value: str | URL, name: str) -> tuple[URL, Mapping[str, str] | None]:
+    """The proxy's URL without credentials, and the header that carries them (aiohttp's
+    BasicAuth is deprecated). *name* is for messages, which never quote the value: it
+    may hold a password."""
     text = str(value)
     if "://" not in text:  # "proxy:3128", as curl and requests take it
         text = f"http://{text}"
@@ -145,5 +148,6 @@ def _proxy_url(value: str | URL, name: str) -> tuple[URL, aiohttp.BasicAuth | No
         )
     auth = None
     if url.user is not None or url.password is not None:
-        auth = aiohttp.BasicAuth(url.user or "", url.password or "")
+        pair = f"{url.user or ''}:{url.password or ''}".encode()
+        auth = {"Proxy-Authorization": f"Basic {base64.b64encode(pair).decode('ascii')}"}
     return url.with_user(None).with_path("").with_query(None).with_fragment(None), auth

@@ -118,6 +118,10 @@ class Transport:
     ) -> None:
         self.base_url = base_url
         self.route = route
+        # Plain http goes to the proxy as it is: the credentials go with each request (with
+        # https, they go with the CONNECT only).
+        plain = base_url.scheme == "http" and route.proxy_headers is not None
+        self._to_proxy = dict(route.proxy_headers or {}) if plain else {}
         self._timeout = timeout
         self._user_agent = user_agent
         self._session = http_session
@@ -159,7 +163,7 @@ class Transport:
         if session is None:  # defensive: opened before any call; a call racing the close
             raise SessionClosedError("the session is not open")  # pragma: no cover
         url = self.url(path)
-        headers = {"User-Agent": self._user_agent, **headers}
+        headers = {"User-Agent": self._user_agent, **headers, **self._to_proxy}
         body = _Body(data) if isinstance(data, bytes) else None
         try:
             async with session.request(
@@ -172,7 +176,7 @@ class Transport:
                 # A caller's shared ClientSession may raise for statuses: we read them.
                 raise_for_status=False,
                 proxy=self.route.proxy,
-                proxy_auth=self.route.proxy_auth,
+                proxy_headers=self.route.proxy_headers,
                 ssl=self.route.tls,
             ) as response:
                 content = await _read_capped(response)
@@ -215,11 +219,11 @@ def _failure(exc: BaseException, url: URL, body: _Body | None, proxy: str | None
 def _will_not_heal(exc: BaseException, url: URL, proxy: str | None) -> str | None:
     """What is wrong, if *exc* is a failure that trying again cannot cure; else None."""
     via = "" if proxy is None else f" (through the proxy {proxy})"
-    if isinstance(exc, aiohttp.ClientHttpProxyError) and exc.status in _PROXY_REFUSALS:
+    if isinstance(exc, aiohttp.ClientHttpProxyError) and 400 <= exc.status < 500:
+        why = _PROXY_REFUSALS.get(exc.status, "its rules or our request")
         return (
             f"the proxy {proxy} refused to connect to {url.host}:{url.port} "
-            f"(HTTP {exc.status} {_PROXY_REFUSALS[exc.status]}): the request never "
-            "reached the service"
+            f"(HTTP {exc.status}: {why}): the request never reached the service"
         )
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         reason = getattr(exc.certificate_error, "verify_message", None) or _safe(exc)
@@ -240,10 +244,12 @@ def _will_not_heal(exc: BaseException, url: URL, proxy: str | None) -> str | Non
     return None
 
 
-#: CONNECT answers that mean the proxy will not take us there, whatever the service does.
+#: Why a proxy answers CONNECT with a 4xx (any 4xx: it will not take us there, whatever
+#: the service does; a 5xx says it could not reach the service, which may heal).
 _PROXY_REFUSALS: Mapping[int, str] = {
-    403: "Forbidden: its rules do not allow this host",
-    407: "Proxy Authentication Required: give its credentials in the proxy URL",
+    401: "it wants credentials, or refused the ones given in the proxy URL",
+    403: "its rules do not allow this host",
+    407: "it wants credentials, or refused the ones given in the proxy URL",
 }
 #: "Temporary failure in name resolution": a resolver's blip, which a retry can outlast.
 _DNS_MAY_HEAL = frozenset({socket.EAI_AGAIN})
