@@ -22,7 +22,6 @@ import orjson
 from ._endpoints import TOKEN_PATH, token_not_found
 from ._exceptions import (
     AuthenticationError,
-    ConfigurationError,
     DispatchError,
     ForbiddenError,
     NetworkConfigurationError,
@@ -167,10 +166,10 @@ class TokenEndpoint:
 
     async def fetch(self) -> Token:
         """A new token; AuthenticationError if refused, TokenUnavailableError if unreachable
-        (what will not heal as it is: `NetworkConfigurationError`, a 404's `ConfigurationError`)."""
+        (`NetworkConfigurationError`, what will not heal, as it is: a 404 is one)."""
         try:
             return await retrying(self._policy(), self._once, should_retry=_token_retryable)
-        except (AuthenticationError, ConfigurationError, NetworkConfigurationError):
+        except (AuthenticationError, NetworkConfigurationError):
             raise
         except DispatchError as error:
             # Every request needs a token: without one the job cannot go on. The secret
@@ -197,7 +196,7 @@ class TokenEndpoint:
         if answer.status == 401:
             raise AuthenticationError("the service rejected the client secret (HTTP 401)")
         if answer.status == 404:
-            raise ConfigurationError(token_not_found(self._transport.url(TOKEN_PATH)))
+            raise token_not_found(self._transport.url(TOKEN_PATH))
         # No body kept from here: it may echo the form, and the form holds the secret.
         if 300 <= answer.status < 500 and answer.status != 429:
             raise AuthenticationError(

@@ -23,7 +23,6 @@ from ._arguments import check_arguments
 from ._exceptions import (
     AuthenticationError,
     CallbackError,
-    ConfigurationError,
     DeadlineExceededError,
     DispatchError,
     InputError,
@@ -41,12 +40,11 @@ __all__ = ["STOPS_THE_JOB", "BatchOptions", "BatchSettings", "Batcher", "Flight"
 log = logging.getLogger("dispatch_async")
 
 #: Chunk failures that no later chunk can escape (no credentials, no token, a callback
-#: that cannot go on, a base URL or a network set up wrong): the job stops reading and
+#: that cannot go on, a way to the service set up wrong): the job stops reading and
 #: sends nothing more.
 STOPS_THE_JOB = (
     AuthenticationError,
     CallbackError,
-    ConfigurationError,
     NetworkConfigurationError,
     TokenUnavailableError,
 )

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import attrs
 from yarl import URL
 
-from ._exceptions import InputError
+from ._exceptions import InputError, NetworkConfigurationError
 from ._models import Fallback
 from ._wire import Envelope, encodable
 
@@ -38,10 +38,10 @@ BASIC_TEXT_MAX_BYTES = 160
 TOKEN_PATH = "/oauth/token"  # noqa: S105 - a path, not a secret
 
 
-def token_not_found(url: URL) -> str:
-    """Why the token endpoint at *url* answered 404: the base URL is not the service's root.
-
-    Said without the SDK's parameter names, so the command line can show it as it is.
+def token_not_found(url: URL) -> NetworkConfigurationError:
+    """The error for a 404 from the token endpoint at *url*: the base URL is not the
+    service's root (the secret was not refused). Said without the SDK's parameter names,
+    so the command line can show it as it is.
     """
     root = url.path.removesuffix(TOKEN_PATH).rstrip("/")
     if root.endswith("/api/v3"):
@@ -51,7 +51,10 @@ def token_not_found(url: URL) -> str:
             "it should be the service's root; behind a reverse proxy, with the prefix the "
             "proxy serves the service under, such as /rcs"
         )
-    return f"the token endpoint {url} was not found (HTTP 404): the base URL looks wrong ({fix})"
+    return NetworkConfigurationError(
+        f"the token endpoint {url} was not found (HTTP 404): the base URL looks wrong ({fix})",
+        host=url.host,
+    )
 
 
 @attrs.frozen

@@ -5,9 +5,7 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     DispatchError
     ├── InputError (also ValueError)            bad arguments, found before anything is sent
     │   ├── InvalidRecipientError               a malformed recipient, with its position
-    │   └── ConfigurationError                  a bad base URL, setting or environment
-    │                                           variable (a base URL the token endpoint
-    │                                           answers 404 to, too: the job stops)
+    │   └── ConfigurationError                  a bad base URL, setting or environment variable
     ├── SessionClosedError (also RuntimeError)  the session is not open
     ├── EventLoopError (also RuntimeError)      used from an event loop it was not opened on
     ├── AuthenticationError                     the secret was rejected: retrying cannot help
@@ -16,8 +14,9 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     │   │   ├── TokenUnavailableError           no access token could be had: the job stops
     │   │   └── NetworkConfigurationError       will not heal: a host name that does not
     │   │                                       resolve, a certificate that fails, TLS to a
-    │   │                                       plain port, a proxy that refuses; raised at
-    │   │                                       once (never retried), the job stops
+    │   │                                       plain port, a proxy that refuses, a base URL
+    │   │                                       with no token endpoint (404); raised at once
+    │   │                                       (never retried), and the job stops
     │   ├── ConnectionLostError                 dropped after the request was written
     │   ├── RequestTimeoutError (also TimeoutError)
     │   └── ResponseTooLargeError
@@ -174,8 +173,11 @@ class NetworkConfigurationError(ConnectError):
 
     A host name that does not resolve, a certificate that fails verification, TLS spoken
     to a port that does not speak it, a proxy that refuses to connect (``CONNECT``
-    answered 403 or 407). Nothing reached the service (``maybe_sent`` False). The
-    message names the host and the proxy, never the proxy's credentials.
+    answered 403 or 407), a base URL the token endpoint is not under (it answered 404:
+    a prefix such as ``/rcs`` missing, or ``/api/v3`` given). Nothing reached the service
+    (``maybe_sent`` False). The message names the host and the proxy, never the proxy's
+    credentials. Unlike `TokenUnavailableError`, waiting will not help: someone must fix
+    the configuration.
     """
 
     host: str | None

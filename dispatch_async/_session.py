@@ -245,9 +245,9 @@ class DispatchSession(Sending):
 
         Raises `AuthenticationError` for a refused secret, `ForbiddenError` (a kind of
         it) when the service refuses this caller's address, `TokenUnavailableError`
-        when the token endpoint cannot be reached, at once `NetworkConfigurationError`
+        when the token endpoint cannot be reached, and at once `NetworkConfigurationError`
         when it never can be (a name that does not resolve, a certificate that fails, a
-        refusing proxy), and `ConfigurationError` when the base URL has no token endpoint.
+        refusing proxy, a base URL with no token endpoint under it).
         """
         self._open()
         await self._tokens.token()

@@ -98,7 +98,7 @@ class TestABaseURLTheTokenEndpointIsNotUnder:
         async with da.DispatchSession(
             root, client_secret=SECRET, account="acme", ssl=da.ssl_context(ca_file)
         ) as session:
-            with pytest.raises(da.ConfigurationError) as caught:
+            with pytest.raises(da.NetworkConfigurationError) as caught:
                 await session.send_template(numbers(2), **TEMPLATE)
         error = caught.value
         assert not isinstance(error, da.AuthenticationError)
@@ -115,7 +115,7 @@ class TestABaseURLTheTokenEndpointIsNotUnder:
         async with da.DispatchSession(
             f"{server.url}/api/v3", client_secret=SECRET, account="acme"
         ) as session:
-            with pytest.raises(da.ConfigurationError) as caught:
+            with pytest.raises(da.NetworkConfigurationError) as caught:
                 await session.check_credentials()
         assert caught.value.message.endswith(
             "the base URL looks wrong (leave /api/v3 out of it: it is added to every "
