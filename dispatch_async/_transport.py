@@ -232,8 +232,10 @@ def _will_not_heal(exc: BaseException, url: URL, proxy: str | None) -> str | Non
             "nothing was sent (a private CA must be added to the trusted ones)"
         )
     if isinstance(exc, aiohttp.ClientSSLError):
+        error = getattr(exc, "os_error", exc)  # aiohttp's own text holds the context's repr
+        reason = _SSL_SOURCE.sub("", getattr(error, "strerror", None) or str(error))
         return (
-            f"TLS with {url.host}:{url.port} failed{via}: {_safe(exc)}; nothing was sent "
+            f"TLS with {url.host}:{url.port} failed{via}: {reason[:200]}; nothing was sent "
             "(is it an https port?)"
         )
     if isinstance(exc, aiohttp.ClientConnectorError):
@@ -251,6 +253,7 @@ _PROXY_REFUSALS: Mapping[int, str] = {
     403: "its rules do not allow this host",
     407: "it wants credentials, or refused the ones given in the proxy URL",
 }
+_SSL_SOURCE = re.compile(r"\s*\(_ssl\.c:\d+\)")
 #: "Temporary failure in name resolution": a resolver's blip, which a retry can outlast.
 _DNS_MAY_HEAL = frozenset({socket.EAI_AGAIN})
 
