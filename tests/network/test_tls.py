@@ -16,6 +16,7 @@ from dispatch_async.testing import FakeClock
 from tests.conftest import SECRET, TEMPLATE, numbers
 from tests.simulator_thread import simulator_in_thread
 
+from ._daemon import binary
 from ._nginx import Nginx, ca_file_fixture, ca_fixture, nginx_fixture, nginx_tls
 
 FIXTURES = (ca_fixture, ca_file_fixture, nginx_fixture)
@@ -87,7 +88,8 @@ class TestTheEnvironmentsCAs:
         directory.mkdir()
         ca.cert_pem.write_to_path(str(directory / "company-ca.pem"))
         # openssl names each CA by its hash: what SSL_CERT_DIR's readers look for.
-        subprocess.run(["openssl", "rehash", str(directory)], check=True)  # noqa: S603, S607, ASYNC221
+        openssl = binary("openssl", "openssl")
+        subprocess.run([openssl, "rehash", str(directory)], check=True)  # noqa: S603, ASYNC221
         monkeypatch.setenv("SSL_CERT_DIR", str(directory))
         async with session_on(nginx) as session:
             await session.check_credentials()
