@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.fleet.conftest import free_port
+
+__all__ = ["START_TIMEOUT", "binary", "free_port", "running"]
+
 #: How long a server may take to listen, however loaded the machine.
 START_TIMEOUT = 20.0
 
@@ -25,13 +29,6 @@ def binary(path: str, package: str) -> str:
             pytest.fail(f"CI must provide {path} (.ci/run installs the {package} package)")
         pytest.skip(f"{path} is missing (apt-get install -y {package})")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _listening(port: int) -> bool:

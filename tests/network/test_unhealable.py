@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,11 @@ from ._nginx import Nginx, ca_file_fixture, ca_fixture, nginx_fixture
 FIXTURES = (ca_fixture, ca_file_fixture, nginx_fixture)
 
 
-def resolver_failing(code: int) -> Callable[..., Any]:
-    """``socket.getaddrinfo`` that fails names under ``.invalid`` with *code*, as glibc
-    does, without asking a DNS server (nothing but 127.0.0.1 is reached in the tests)."""
+def resolving_nothing(
+    monkeypatch: pytest.MonkeyPatch, code: int, clock: FakeClock, attempts: int = 5
+) -> da.DispatchSession:
+    """A session to ``dispatch.invalid``, which fails to resolve with *code* as glibc
+    fails, without asking a DNS server (nothing but 127.0.0.1 is reached in the tests)."""
     real = socket.getaddrinfo
 
     def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
@@ -32,21 +33,21 @@ def resolver_failing(code: int) -> Callable[..., Any]:
             raise socket.gaierror(code, "Name or service not known")
         return real(host, *args, **kwargs)
 
-    return getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return da.DispatchSession(
+        "https://dispatch.invalid",
+        client_secret=SECRET,
+        account="acme",
+        retry=da.RetryPolicy(attempts=attempts, clock=clock),
+    )
 
 
 class TestAHostNameThatDoesNotResolve:
     async def test_fails_at_once_naming_the_host_every_recipient_not_sent(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(socket, "getaddrinfo", resolver_failing(socket.EAI_NONAME))
         clock = FakeClock()
-        async with da.DispatchSession(
-            "https://dispatch.invalid",
-            client_secret=SECRET,
-            account="acme",
-            retry=da.RetryPolicy(clock=clock),
-        ) as session:
+        async with resolving_nothing(monkeypatch, socket.EAI_NONAME, clock) as session:
             with pytest.raises(da.NetworkConfigurationError) as caught:
                 await session.send_template(numbers(3), **TEMPLATE)
         error = caught.value
@@ -61,13 +62,8 @@ class TestAHostNameThatDoesNotResolve:
     async def test_a_temporary_failure_to_resolve_is_retried(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(socket, "getaddrinfo", resolver_failing(socket.EAI_AGAIN))
         clock = FakeClock()
-        async with da.DispatchSession(
-            "https://dispatch.invalid",
-            client_secret=SECRET,
-            retry=da.RetryPolicy(attempts=3, clock=clock),
-        ) as session:
+        async with resolving_nothing(monkeypatch, socket.EAI_AGAIN, clock, attempts=3) as session:
             with pytest.raises(da.TokenUnavailableError, match="could not connect to dispatch"):
                 await session.check_credentials()
         assert len(clock.sleeps) == 2
