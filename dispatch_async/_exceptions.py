@@ -173,7 +173,7 @@ class NetworkConfigurationError(ConnectError):
 
     A host name that does not resolve, a certificate that fails verification, TLS spoken
     to a port that does not speak it, a proxy that refuses to connect (``CONNECT``
-    answered 403 or 407), a base URL the token endpoint is not under (it answered 404:
+    answered 4xx: 403, 407), a base URL the token endpoint is not under (it answered 404:
     a prefix such as ``/rcs`` missing, or ``/api/v3`` given). Nothing reached the service
     (``maybe_sent`` False). The message names the host and the proxy, never the proxy's
     credentials. Unlike `TokenUnavailableError`, waiting will not help: someone must fix

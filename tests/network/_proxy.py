@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import attrs
@@ -82,3 +84,28 @@ def proxy_fixture(tmp_path: Path) -> Iterator[Proxy]:
     """A tinyproxy that tunnels anywhere."""
     with tinyproxy(tmp_path / "tinyproxy") as running_proxy:
         yield running_proxy
+
+
+@asynccontextmanager
+async def refusing_proxy(status: int, reason: str) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A proxy in this process that answers every request *status*, as squid answers 407
+    to a CONNECT without credentials: its URL, and the request heads it was sent."""
+    heads: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            heads.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(
+                f'HTTP/1.1 {status} {reason}\r\nProxy-Authenticate: Basic realm="test"\r\n'
+                "Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", heads
+    finally:
+        server.close()
+        await server.wait_closed()

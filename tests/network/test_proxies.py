@@ -17,7 +17,14 @@ from tests.simulator_thread import simulator_in_thread
 
 from ._daemon import free_port
 from ._nginx import Nginx, ca_file_fixture, ca_fixture, nginx_fixture, nginx_tls
-from ._proxy import PROXY_PASSWORD, Proxy, clean_proxy_env_fixture, proxy_fixture, tinyproxy
+from ._proxy import (
+    PROXY_PASSWORD,
+    Proxy,
+    clean_proxy_env_fixture,
+    proxy_fixture,
+    refusing_proxy,
+    tinyproxy,
+)
 
 FIXTURES = (ca_fixture, ca_file_fixture, nginx_fixture, clean_proxy_env_fixture, proxy_fixture)
 
@@ -167,6 +174,29 @@ class TestAProxyThatRefuses:
         for shown in (str(error), repr(error), repr(error.__context__)):
             assert wrong not in shown
 
+    async def test_a_407_says_it_wants_credentials_and_is_not_retried(self) -> None:
+        clock = FakeClock()
+        async with refusing_proxy(407, "Proxy Authentication Required") as (address, heads):
+            session = da.DispatchSession(
+                "https://api.example.com",
+                client_secret=SECRET,
+                proxy=address,
+                retry=da.RetryPolicy(clock=clock),
+            )
+            async with session:
+                with pytest.raises(da.NetworkConfigurationError) as caught:
+                    await session.check_credentials()
+        port = address.rsplit(":", 1)[1]
+        assert caught.value.message == (
+            f"the proxy 127.0.0.1:{port} refused to connect to api.example.com:443 (HTTP 407: "
+            "it wants credentials, or refused the ones given in the proxy URL): the request "
+            "never reached the service"
+        )
+        assert [head.split(b"\r\n")[0] for head in heads] == [
+            b"CONNECT api.example.com:443 HTTP/1.1"
+        ]
+        assert clock.sleeps == []
+
     async def test_a_proxy_that_is_down_is_named(self, nginx: Nginx, ca_file: Path) -> None:
         port = free_port()
         one_try = da.RetryPolicy(attempts=1)
@@ -180,3 +210,24 @@ class TestAProxyThatRefuses:
             "Connection refused"
         )
         assert caught.value.maybe_sent is False
+
+    async def test_one_that_cannot_reach_the_service_is_retried_and_named(
+        self, proxy: Proxy
+    ) -> None:
+        closed = free_port()
+        clock = FakeClock()
+        async with da.DispatchSession(
+            f"https://127.0.0.1:{closed}",
+            client_secret=SECRET,
+            proxy=proxy.url,
+            retry=da.RetryPolicy(attempts=2, clock=clock),
+        ) as session:
+            with pytest.raises(da.TokenUnavailableError) as caught:
+                await session.check_credentials()
+        assert str(caught.value) == (
+            f"could not get an access token: the proxy 127.0.0.1:{proxy.port} could not "
+            f"connect to 127.0.0.1:{closed} (HTTP 500): the request never reached the service"
+        )
+        assert caught.value.maybe_sent is False
+        assert len(clock.sleeps) == 1  # the service may come back: retried
+        assert proxy.connects() == [f"127.0.0.1:{closed}"] * 2
