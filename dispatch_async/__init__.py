@@ -29,6 +29,7 @@ from ._exceptions import (
     InvalidRecipientError,
     MalformedResponseError,
     MissingFromResponseError,
+    NetworkConfigurationError,
     RateLimitedError,
     RedirectError,
     RequestTimeoutError,
@@ -50,6 +51,7 @@ from ._models import (
     ValidMessage,
     ValidMessages,
 )
+from ._network import ssl_context
 from ._outcome import DispatchResult, FailedRecipient
 from ._plan import PlannedChunk, plan
 from ._retry import RetryPolicy
@@ -92,6 +94,7 @@ __all__ = [
     "InvalidRecipientError",
     "MalformedResponseError",
     "MissingFromResponseError",
+    "NetworkConfigurationError",
     "PlannedChunk",
     "RateLimitedError",
     "Recipient",
@@ -114,5 +117,6 @@ __all__ = [
     "basic_text_warning",
     "on_stop_signals",
     "plan",
+    "ssl_context",
     "to_e164",
 ]

@@ -9,6 +9,7 @@ uses them.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Collection, Iterable, Mapping, Set
 
 import aiohttp
@@ -99,6 +100,14 @@ ARGUMENTS: Mapping[str, Argument] = {
         optional=True,
     ),
     "hooks": Argument("an iterable of hooks (callables), or None", _hooks, optional=True),
+    "proxy": Argument(
+        "a proxy URL such as http://proxy.example.com:3128, or None",
+        _instance(str, URL),
+        optional=True,
+        shown=False,
+    ),
+    "trust_env": Argument("True or False", _instance(bool)),
+    "ssl": Argument("an ssl.SSLContext or None", _instance(ssl.SSLContext), optional=True),
     "token_request": Argument(
         " or ".join(f'"{name}"' for name in TOKEN_REQUESTS),
         lambda value: value in TOKEN_REQUESTS,

@@ -19,10 +19,12 @@ from typing import Literal
 import attrs
 import orjson
 
+from ._endpoints import TOKEN_PATH, token_not_found
 from ._exceptions import (
     AuthenticationError,
     DispatchError,
     ForbiddenError,
+    NetworkConfigurationError,
     StatusError,
     TokenUnavailableError,
     TransportError,
@@ -163,10 +165,11 @@ class TokenEndpoint:
         self._warned_lifetime = False
 
     async def fetch(self) -> Token:
-        """A new token; AuthenticationError if refused, TokenUnavailableError if unreachable."""
+        """A new token; AuthenticationError if refused, TokenUnavailableError if unreachable
+        (`NetworkConfigurationError`, what will not heal, as it is: a 404 is one)."""
         try:
             return await retrying(self._policy(), self._once, should_retry=_token_retryable)
-        except AuthenticationError:
+        except (AuthenticationError, NetworkConfigurationError):
             raise
         except DispatchError as error:
             # Every request needs a token: without one the job cannot go on. The secret
@@ -192,6 +195,8 @@ class TokenEndpoint:
             raise ForbiddenError.for_status(answer.headers)
         if answer.status == 401:
             raise AuthenticationError("the service rejected the client secret (HTTP 401)")
+        if answer.status == 404:
+            raise token_not_found(self._transport.url(TOKEN_PATH))
         # No body kept from here: it may echo the form, and the form holds the secret.
         if 300 <= answer.status < 500 and answer.status != 429:
             raise AuthenticationError(
@@ -207,15 +212,10 @@ class TokenEndpoint:
 
     async def _post(self, encoding: TokenRequest) -> Answer:
         fields = {"grant_type": "client_credentials", "client_secret": self._secret.reveal()}
-        if encoding == "json":
-            return await self._transport.request(
-                "POST",
-                "/oauth/token",
-                headers={"Accept": _JSON, "Content-Type": _JSON},
-                data=orjson.dumps(fields),
-            )
+        kind = _JSON if encoding == "json" else _FORM
+        data = orjson.dumps(fields) if encoding == "json" else fields
         return await self._transport.request(
-            "POST", "/oauth/token", headers={"Accept": _FORM, "Content-Type": _FORM}, data=fields
+            "POST", TOKEN_PATH, headers={"Accept": kind, "Content-Type": kind}, data=data
         )
 
     def _lifetime(self, issued: TokenAnswer) -> float | None:
@@ -242,9 +242,9 @@ class TokenEndpoint:
 
 
 def _token_retryable(error: BaseException) -> bool:
-    # Asking for a token twice is harmless, so any transport failure and any 429/5xx is retried.
+    # Asking for a token twice is harmless: any transport failure that may heal is retried.
     if isinstance(error, TransportError):
-        return True
+        return not isinstance(error, NetworkConfigurationError)
     return isinstance(error, StatusError) and (error.status == 429 or error.status >= 500)
 
 

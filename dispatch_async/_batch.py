@@ -26,6 +26,7 @@ from ._exceptions import (
     DeadlineExceededError,
     DispatchError,
     InputError,
+    NetworkConfigurationError,
     SessionClosedError,
     TokenUnavailableError,
 )
@@ -39,8 +40,14 @@ __all__ = ["STOPS_THE_JOB", "Batcher", "Flight", "collected"]
 log = logging.getLogger("dispatch_async")
 
 #: Chunk failures that no later chunk can escape (no credentials, no token, a callback
-#: that cannot go on): the job stops reading and sends nothing more.
-STOPS_THE_JOB = (AuthenticationError, CallbackError, TokenUnavailableError)
+#: that cannot go on, a way to the service set up wrong): the job stops reading and
+#: sends nothing more.
+STOPS_THE_JOB = (
+    AuthenticationError,
+    CallbackError,
+    NetworkConfigurationError,
+    TokenUnavailableError,
+)
 
 
 @attrs.define

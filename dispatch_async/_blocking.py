@@ -22,10 +22,12 @@ import weakref
 from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Iterable
 from contextlib import AbstractContextManager, ExitStack
 from functools import partial, update_wrapper
+from ssl import SSLContext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import aiohttp
+from yarl import URL
 
 from ._arguments import check_arguments
 from ._auth import Secret, TokenRequest
@@ -288,7 +290,8 @@ class DispatchClient:
         result = client.send_template(numbers, template_id="pix_reminder")
 
     The arguments are `DispatchSession`'s, except ``http_session`` (an aiohttp session
-    belongs to one event loop, and the client's runs in its own thread). Callbacks
+    belongs to one event loop, and the client's runs in its own thread); ``proxy``,
+    ``trust_env`` and ``ssl`` are as there (docs/guides/networks.md). Callbacks
     (``on_progress``, ``before_send``, hooks) run in that thread. Needs the ``sync``
     extra (anyio).
     """
@@ -308,6 +311,9 @@ class DispatchClient:
         rate_limiter: Limiter | None = None,
         hooks: Iterable[Hook] | None = None,
         token_request: TokenRequest = "auto",  # noqa: S107 - an encoding, not a secret
+        proxy: str | URL | None = None,
+        trust_env: bool = True,
+        ssl: SSLContext | None = None,
         **batch: Unpack[BatchOptions],
     ) -> None:
         check_arguments({k: v for k, v in locals().items() if k not in ("self", "batch")})
@@ -326,6 +332,9 @@ class DispatchClient:
             rate_limiter=rate_limiter,
             hooks=None if hooks is None else tuple(hooks),  # made again after a fork
             token_request=token_request,
+            proxy=proxy,
+            trust_env=trust_env,
+            ssl=ssl,
             **batch,
         )
 

@@ -1,4 +1,5 @@
-"""The four dispatch endpoints and the fields each one requires (spec 4.2 to 4.5).
+"""The token endpoint's path, and the four dispatch endpoints with the fields each one
+requires (spec 4.1 to 4.5).
 
 Which fields an endpoint *refuses* is decided by the signatures of the session's
 ``send_*`` methods: a field an endpoint does not take is not a parameter there.
@@ -9,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import attrs
+from yarl import URL
 
-from ._exceptions import InputError
+from ._exceptions import InputError, NetworkConfigurationError
 from ._models import Fallback
 from ._wire import Envelope, encodable
 
@@ -19,15 +21,40 @@ __all__ = [
     "BASIC_TEXT_MAX_BYTES",
     "SINGLE",
     "TEMPLATE",
+    "TOKEN_PATH",
     "WEBHOOK",
     "Endpoint",
     "basic_text_warning",
     "envelope",
+    "token_not_found",
 ]
 
 #: The most text an RCS *basic* message carries, in UTF-8 bytes: Google's RBM billing
 #: category for text-only messages (the vendor does not document a limit: inferred).
 BASIC_TEXT_MAX_BYTES = 160
+
+
+#: Where the access token is asked for, under the base URL (spec 4.1).
+TOKEN_PATH = "/oauth/token"  # noqa: S105 - a path, not a secret
+
+
+def token_not_found(url: URL) -> NetworkConfigurationError:
+    """The error for a 404 from the token endpoint at *url*: the base URL is not the
+    service's root (the secret was not refused). Said without the SDK's parameter names,
+    so the command line can show it as it is.
+    """
+    root = url.path.removesuffix(TOKEN_PATH).rstrip("/")
+    if root.endswith("/api/v3"):
+        fix = "leave /api/v3 out of it: it is added to every request's path"
+    else:
+        fix = (
+            "it should be the service's root; behind a reverse proxy, with the prefix the "
+            "proxy serves the service under, such as /rcs"
+        )
+    return NetworkConfigurationError(
+        f"the token endpoint {url} was not found (HTTP 404): the base URL looks wrong ({fix})",
+        host=url.host,
+    )
 
 
 @attrs.frozen

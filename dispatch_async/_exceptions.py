@@ -11,7 +11,12 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     ├── AuthenticationError                     the secret was rejected: retrying cannot help
     ├── TransportError                          the request did not complete
     │   ├── ConnectError                        never reached the service (maybe_sent=False)
-    │   │   └── TokenUnavailableError           no access token could be had: the job stops
+    │   │   ├── TokenUnavailableError           no access token could be had: the job stops
+    │   │   └── NetworkConfigurationError       will not heal: a host name that does not
+    │   │                                       resolve, a certificate that fails, TLS to a
+    │   │                                       plain port, a proxy that refuses, a base URL
+    │   │                                       with no token endpoint (404); raised at once
+    │   │                                       (never retried), and the job stops
     │   ├── ConnectionLostError                 dropped after the request was written
     │   ├── RequestTimeoutError (also TimeoutError)
     │   └── ResponseTooLargeError
@@ -72,6 +77,7 @@ __all__ = [
     "InvalidRecipientError",
     "MalformedResponseError",
     "MissingFromResponseError",
+    "NetworkConfigurationError",
     "RateLimitedError",
     "RedirectError",
     "RequestTimeoutError",
@@ -140,6 +146,30 @@ class TokenUnavailableError(ConnectError):
     Nothing was sent for want of a token, and a job stops here; unlike
     ``AuthenticationError``, the credentials were not refused.
     """
+
+
+class NetworkConfigurationError(ConnectError):
+    """The way to the service is set up so that no request can get through: retrying
+    cannot help, so none is made, and a job stops here.
+
+    A host name that does not resolve, a certificate that fails verification, TLS spoken
+    to a port that does not speak it, a proxy that refuses to connect (``CONNECT``
+    answered 4xx: 403, 407), a base URL the token endpoint is not under (it answered 404:
+    a prefix such as ``/rcs`` missing, or ``/api/v3`` given). Nothing reached the service
+    (``maybe_sent`` False). The message names the host and the proxy, never the proxy's
+    credentials. Unlike `TokenUnavailableError`, waiting will not help: someone must fix
+    the configuration.
+    """
+
+    host: str | None
+    """The host the request was for (the service's)."""
+    proxy: str | None
+    """The proxy it went through, as ``host:port``; None without one."""
+
+    def __init__(self, message: str, *, host: str | None = None, proxy: str | None = None) -> None:
+        super().__init__(message)
+        self.host = host
+        self.proxy = proxy
 
 
 class ConnectionLostError(TransportError):

@@ -1,11 +1,11 @@
 """When to try a request again, and how long to wait.
 
 Only what the service certainly did not act on is retried by default: a connection
-that was never made, a 429 and a 503. A 401 is not handled here (the session refreshes
-the token and re-sends once). tenacity runs the retries; what it decides with is the
-policy's: the tries, ``max_time`` and the waits (`RetryPolicy.wait_before`) are measured
-and spent on the policy's clock, never on tenacity's own (docs/changelog.md says why
-tenacity and not stamina or backoff).
+that was never made (unless it never can be: `NetworkConfigurationError`), a 429 and a
+503. A 401 is not handled here (the session refreshes the token and re-sends once).
+tenacity runs the retries; what it decides with is the policy's: the tries, ``max_time``
+and the waits (`RetryPolicy.wait_before`) are measured and spent on the policy's clock,
+never on tenacity's own (docs/changelog.md says why tenacity and not stamina or backoff).
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ import attrs
 import tenacity
 
 from ._clock import MONOTONIC, Clock
-from ._exceptions import ConnectError, DispatchError, StatusError, TokenUnavailableError
+from ._exceptions import (
+    ConnectError,
+    DispatchError,
+    NetworkConfigurationError,
+    StatusError,
+    TokenUnavailableError,
+)
 
 __all__ = ["RetryPolicy", "parse_retry_after", "retrying"]
 
@@ -63,7 +69,8 @@ class RetryPolicy:
     max_retry_after: float = attrs.field(default=120.0, validator=attrs.validators.ge(0))
     """The longest Retry-After honoured, in seconds (a longer one is capped)."""
     statuses: frozenset[int] = attrs.field(default=frozenset({429, 503}), converter=_statuses)
-    """The HTTP statuses retried (connection failures before sending always are)."""
+    """The HTTP statuses retried (connection failures before sending always are, but
+    for `NetworkConfigurationError`)."""
     wait: bool = True
     """False: retry at once, ignoring Retry-After too (for tests)."""
     clock: Clock = attrs.field(default=MONOTONIC, eq=False, repr=False)
@@ -72,8 +79,9 @@ class RetryPolicy:
     def should_retry(self, error: BaseException) -> bool:
         """Whether *error* is worth another attempt under this policy."""
         if isinstance(error, ConnectError):
-            # A token fetch that gave up has had its retries already.
-            return not isinstance(error, TokenUnavailableError)
+            # A token fetch that gave up has had its retries already; a way to the
+            # service that is set up wrong will not heal.
+            return not isinstance(error, TokenUnavailableError | NetworkConfigurationError)
         return isinstance(error, StatusError) and error.status in self.statuses
 
     def pause_for(self, error: BaseException) -> float | None:

@@ -7,6 +7,7 @@ import functools
 import platform
 import warnings
 from collections.abc import AsyncGenerator, Callable, Iterable
+from ssl import SSLContext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,6 +29,7 @@ from ._exceptions import (
 )
 from ._lifecycle import Lifecycle, State
 from ._matching import result_from_answer, result_from_error
+from ._network import route_to
 from ._outcome import DispatchResult
 from ._recipients import Chunk, Recipients
 from ._redaction import url_secrets
@@ -76,6 +78,14 @@ class DispatchSession(Sending):
     worked. `check_credentials` fetches a token at start-up, so a wrong secret or a
     refused address shows before the first send. `with_options` gives a view with
     another timeout, retry policy or batch settings.
+
+    The network (docs/guides/networks.md): ``proxy`` is the proxy's URL
+    (``http://user:password@host:port``; its credentials are never shown); by default
+    (``trust_env=True``) ``HTTPS_PROXY``/``HTTP_PROXY`` and ``NO_PROXY`` are honoured, and
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``, as they are when the session is made
+    (``trust_env=False`` ignores them). ``ssl`` is the ``ssl.SSLContext`` to trust the
+    service's certificate with: `ssl_context` adds a private CA to the system's. With your
+    own ``http_session``, only ``proxy`` and ``ssl`` given here apply on top of its settings.
     """
 
     base_url: URL
@@ -103,6 +113,9 @@ class DispatchSession(Sending):
         rate_limiter: Limiter | None = None,
         hooks: Iterable[Hook] | None = None,
         token_request: TokenRequest = "auto",  # noqa: S107 - an encoding, not a secret
+        proxy: str | URL | None = None,
+        trust_env: bool = True,
+        ssl: SSLContext | None = None,
         **batch: Unpack[BatchOptions],
     ) -> None:
         check_arguments({k: v for k, v in locals().items() if k not in ("self", "batch")})
@@ -119,8 +132,19 @@ class DispatchSession(Sending):
         self._shared = (token_store, rate_limiter)  # closed with the session
         agent = user_agent or USER_AGENT
         self._timeout = client_timeout(timeout)
+        route = route_to(
+            self.base_url,
+            proxy=proxy,
+            trust_env=trust_env,
+            tls=ssl,
+            own_session=http_session is None,
+        )
         self._transport = Transport(
-            self.base_url, timeout=self._timeout, user_agent=agent, http_session=http_session
+            self.base_url,
+            timeout=self._timeout,
+            user_agent=agent,
+            http_session=http_session,
+            route=route,
         )
         watch = _instrument.TokenWatch(self._hooks)
         endpoint = TokenEndpoint(
@@ -222,8 +246,10 @@ class DispatchSession(Sending):
         fail at start-up rather than on the first send.
 
         Raises `AuthenticationError` for a refused secret, `ForbiddenError` (a kind of
-        it) when the service refuses this caller's address, and `TokenUnavailableError`
-        when the token endpoint cannot be reached.
+        it) when the service refuses this caller's address, `TokenUnavailableError`
+        when the token endpoint cannot be reached, and at once `NetworkConfigurationError`
+        when it never can be (a name that does not resolve, a certificate that fails, a
+        refusing proxy, a base URL with no token endpoint under it).
         """
         self._open()
         await self._tokens.token()

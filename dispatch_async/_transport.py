@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import socket
 from collections.abc import Mapping
 
 import aiohttp
@@ -23,12 +24,14 @@ from ._exceptions import (
     ConfigurationError,
     ConnectError,
     ConnectionLostError,
+    NetworkConfigurationError,
     RequestTimeoutError,
     ResponseTooLargeError,
     SessionClosedError,
     TransportError,
 )
 from ._keepalive import IdleLife, idle_connector, server_has_closed
+from ._network import Route
 
 __all__ = [
     "MAX_ANSWER_BYTES",
@@ -112,8 +115,14 @@ class Transport:
         user_agent: str,
         http_session: aiohttp.ClientSession | None = None,
         max_connections: int = 100,
+        route: Route = Route(),  # noqa: B008 - frozen
     ) -> None:
         self.base_url = base_url
+        self.route = route
+        # Plain http goes to the proxy as it is: the credentials go with each request (with
+        # https, they go with the CONNECT only).
+        plain = base_url.scheme == "http" and route.proxy_headers is not None
+        self._to_proxy = dict(route.proxy_headers or {}) if plain else {}
         self._timeout = timeout
         self._user_agent = user_agent
         self._session = http_session
@@ -158,7 +167,7 @@ class Transport:
         if session is None:  # defensive: opened before any call; a call racing the close
             raise SessionClosedError("the session is not open")  # pragma: no cover
         url = self.url(path)
-        headers = {"User-Agent": self._user_agent, **headers}
+        headers = {"User-Agent": self._user_agent, **headers, **self._to_proxy}
         body = _Body(data) if isinstance(data, bytes) else None
         try:
             async with session.request(
@@ -170,22 +179,36 @@ class Transport:
                 timeout=request_timeout or self._timeout,
                 # A caller's shared ClientSession may raise for statuses: we read them.
                 raise_for_status=False,
+                proxy=self.route.proxy,
+                proxy_headers=self.route.proxy_headers,
+                ssl=self.route.tls,
             ) as response:
                 content = await _read_capped(response)
                 if self._idle is not None:
                     self._idle.heed(response.headers)
                 return Answer(response.status, response.headers, content)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            failure, cause = _failure(exc, url, body), _cause(exc)
+            failure, cause = _failure(exc, url, body, self.route.proxy_name), _cause(exc)
         # Raised out here: raised inside the except block, the error would keep aiohttp's
         # exception as its __context__ even when not chained to it (see _cause).
         raise failure from cause
 
 
-def _failure(exc: BaseException, url: URL, body: _Body | None) -> TransportError:
+def _failure(exc: BaseException, url: URL, body: _Body | None, proxy: str | None) -> TransportError:
     """The error for a request that got no answer: whether it may have been acted on."""
+    unhealable = _will_not_heal(exc, url, proxy)
+    if unhealable is not None:
+        return NetworkConfigurationError(unhealable, host=url.host, proxy=proxy)
+    via = "" if proxy is None else f" through the proxy {proxy}"
+    if isinstance(exc, aiohttp.ClientProxyConnectionError):
+        return ConnectError(f"could not connect to the proxy {proxy}: {_unreached(exc)}")
+    if isinstance(exc, aiohttp.ClientHttpProxyError):  # the proxy could not get through
+        return ConnectError(
+            f"the proxy {proxy} could not connect to {url.host}:{url.port} "
+            f"(HTTP {exc.status}): the request never reached the service"
+        )
     if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-        return ConnectError(f"could not connect to {url.host}:{url.port}: {_unreached(exc)}")
+        return ConnectError(f"could not connect to {url.host}:{url.port}{via}: {_unreached(exc)}")
     if body is not None and not body.handed_over:
         return ConnectError(
             f"the connection to {url.host} failed before the request was written "
@@ -197,6 +220,48 @@ def _failure(exc: BaseException, url: URL, body: _Body | None) -> TransportError
             f"sent: {_safe(exc)}"
         )
     return RequestTimeoutError(f"no complete answer from {url.host} in time ({type(exc).__name__})")
+
+
+def _will_not_heal(exc: BaseException, url: URL, proxy: str | None) -> str | None:
+    """What is wrong, if *exc* is a failure that trying again cannot cure; else None."""
+    via = "" if proxy is None else f" (through the proxy {proxy})"
+    if isinstance(exc, aiohttp.ClientHttpProxyError) and 400 <= exc.status < 500:
+        why = _PROXY_REFUSALS.get(exc.status, "its rules or our request")
+        return (
+            f"the proxy {proxy} refused to connect to {url.host}:{url.port} "
+            f"(HTTP {exc.status}: {why}): the request never reached the service"
+        )
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        reason = getattr(exc.certificate_error, "verify_message", None) or _safe(exc)
+        return (
+            f"the certificate of {url.host} failed verification{via}: {reason}; "
+            "nothing was sent (a private CA must be added to the trusted ones)"
+        )
+    if isinstance(exc, aiohttp.ClientSSLError):
+        error = getattr(exc, "os_error", exc)  # aiohttp's own text holds the context's repr
+        reason = _SSL_SOURCE.sub("", getattr(error, "strerror", None) or str(error))
+        return (
+            f"TLS with {url.host}:{url.port} failed{via}: {reason[:200]}; nothing was sent "
+            "(is it an https port?)"
+        )
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        error = exc.os_error
+        if isinstance(error, socket.gaierror) and error.errno not in _DNS_MAY_HEAL:
+            name = f"the proxy's host name {exc.host}" if proxy else f"the host name {url.host}"
+            return f"{name} does not resolve ({error.strerror}): nothing was sent"
+    return None
+
+
+#: Why a proxy answers CONNECT with a 4xx (any 4xx: it will not take us there, whatever
+#: the service does; a 5xx says it could not reach the service, which may heal).
+_PROXY_REFUSALS: Mapping[int, str] = {
+    401: "it wants credentials, or refused the ones given in the proxy URL",
+    403: "its rules do not allow this host",
+    407: "it wants credentials, or refused the ones given in the proxy URL",
+}
+_SSL_SOURCE = re.compile(r"\s*\(_ssl\.c:\d+\)")
+#: "Temporary failure in name resolution": a resolver's blip, which a retry can outlast.
+_DNS_MAY_HEAL = frozenset({socket.EAI_AGAIN})
 
 
 class _Body(aiohttp.payload.BytesPayload):

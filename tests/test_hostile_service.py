@@ -289,13 +289,14 @@ class TestTheTokenEndpointUnreachable:
     async def test_tls_to_a_server_without_it_is_a_connect_error_naming_the_tls_failure(
         self, server: FakeDispatchServer
     ) -> None:
+        # It will not heal: raised as it is, not as TokenUnavailableError (tests/network/).
         async with da.DispatchSession(
             server.url.replace("http://", "https://"),
             client_secret=SECRET,
             account="a",
             retry=da.RetryPolicy(wait=False, attempts=1),
         ) as session:
-            with pytest.raises(da.TokenUnavailableError) as caught:
+            with pytest.raises(da.NetworkConfigurationError) as caught:
                 await session.check_credentials()
         assert isinstance(caught.value, da.ConnectError)
         assert "SSL" in str(caught.value)

@@ -57,8 +57,9 @@ async def send_reminder(reminder: Reminder, session: Session) -> Sent:
         result = await session.send_template([recipient], template_id="pix_reminder")
     except da.InputError as error:  # an empty number, say: nothing was sent
         raise HTTPException(422, detail=str(error)) from error
-    except da.AuthenticationError as error:  # our secret was refused: wake someone up
-        log.critical("the dispatch service refused our credentials: %s", error)
+    except (da.AuthenticationError, da.NetworkConfigurationError) as error:
+        # Our secret was refused, or the way to the service is set up wrong: wake someone up.
+        log.critical("the dispatch service cannot be used as configured: %s", error)
         raise HTTPException(502, detail="messaging is misconfigured") from error
     except da.TokenUnavailableError as error:  # the service's login cannot be reached
         raise HTTPException(503, detail="messaging is unavailable") from error

@@ -193,3 +193,24 @@ async def delivery_tracking(session: da.DispatchSession, body: bytes) -> None:
         async for change in tracker:
             print(change.status)
     callbacks.CallbackReceiver(tracker, token=123)  # type: ignore[arg-type]
+
+
+async def behind_a_company_network(secret: str) -> None:
+    context = da.ssl_context("/etc/company/ca.pem", ca_dir="/etc/company/certs")
+    async with da.DispatchSession(
+        "https://api.example.com",
+        client_secret=secret,
+        proxy="http://user:password@proxy.example.com:3128",
+        trust_env=False,
+        ssl=context,
+    ) as session:
+        try:
+            await session.check_credentials()
+        except da.NetworkConfigurationError as error:
+            host: str | None = error.host
+            proxy: str | None = error.proxy
+            print(host, proxy, error.maybe_sent)
+    client = da.DispatchClient(
+        "https://api.example.com", client_secret=secret, proxy="http://proxy:3128", ssl=context
+    )
+    client.close()
