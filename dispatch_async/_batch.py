@@ -33,6 +33,7 @@ from ._matching import result_from_error
 from ._models import DispatchResult, merge_results
 from ._recipients import BadChunkError, Chunk, Recipients, Unfinished, check_shape, chunked
 from ._screen import Screen
+from ._split import Progress, ended
 
 __all__ = ["STOPS_THE_JOB", "BatchOptions", "BatchSettings", "Batcher", "Flight", "collected"]
 
@@ -109,13 +110,15 @@ class BatchOptions(TypedDict, total=False):
 class Flight:
     """What the batcher must know of a chunk's requests if it has to cancel them.
 
-    ``announce`` is awaited once, just before the first request leaves.
+    ``announce`` is awaited once, just before the first request leaves. ``progress``
+    is set when the chunk is sent in parts (a 413: see `_split`).
     """
 
     announce: Callable[[], Awaitable[object]] | None = None
     in_request: bool = False
     requests: int = 0
     retries: int = 0
+    progress: Progress | None = None
 
 
 SendChunk = Callable[[Chunk, Flight], Coroutine[Any, Any, DispatchResult]]
@@ -291,9 +294,7 @@ class Batcher:
                 continue
             error = failure(f"{why} while this was in flight")
             error.maybe_sent = in_request[task]
-            parts.append(
-                result_from_error(chunk, error, requests=flight.requests, retries=flight.retries)
-            )
+            parts.append(ended(chunk, flight, error))
         running.clear()
         return parts
 
@@ -324,9 +325,7 @@ def _outcome(
     if error is None:
         return task.result(), None
     if isinstance(error, STOPS_THE_JOB):
-        return result_from_error(
-            chunk, error, requests=flight.requests, retries=flight.retries
-        ), error
+        return ended(chunk, flight, error), error
     raise error  # pragma: no cover - a bug: chunk tasks turn every other failure into a result
 
 

@@ -23,6 +23,7 @@ from ._environment import settings_from_env
 from ._exceptions import (
     CallbackError,
     DispatchError,
+    RequestTooLargeError,
     status_error,
 )
 from ._lifecycle import Lifecycle, State
@@ -32,6 +33,7 @@ from ._recipients import Chunk, Recipients
 from ._retry import RetryPolicy, parse_retry_after, retrying
 from ._screen import without_unencodable
 from ._sending import Sending
+from ._split import PartSize, in_parts
 from ._throttle import Limiter, Throttle
 from ._token_store import TokenStore
 from ._transport import Transport, check_base_url, client_timeout
@@ -248,8 +250,10 @@ class DispatchSession(Sending):
         url = str(self._transport.url(endpoint.path))
         report = _instrument.start_call(self._hooks, endpoint.path, url)
 
+        size = PartSize()  # what this call's server takes, once it refused a body (413)
+
         async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
-            return await self._send_chunk(endpoint, fields, chunk, flight)
+            return await self._send_chunk(endpoint, fields, chunk, flight, size)
 
         batcher = Batcher(
             recipients,
@@ -260,7 +264,7 @@ class DispatchSession(Sending):
         return batcher.parts() if report is None else report.observe(batcher.parts(), batcher.total)
 
     async def _send_chunk(
-        self, endpoint: Endpoint, fields: Envelope, chunk: Chunk, flight: Flight
+        self, endpoint: Endpoint, fields: Envelope, chunk: Chunk, flight: Flight, size: PartSize
     ) -> DispatchResult:
         if not chunk.messages:  # everything was refused locally: nothing to send
             return result_from_answer(chunk, _NOTHING_SENT, requests=0)
@@ -271,6 +275,25 @@ class DispatchSession(Sending):
             if not chunk.messages:
                 return result_from_answer(chunk, _NOTHING_SENT, requests=0)
             body = encode_dispatch(fields, chunk.messages)
+        refused = None
+        if size.fits(len(chunk.messages)):
+            try:
+                return await self._post(endpoint, body, chunk, flight)
+            except RequestTooLargeError as error:
+                refused = error
+
+        async def post(part: Chunk) -> DispatchResult:
+            _instrument.sending_part(part)
+            return await self._post(endpoint, encode_dispatch(fields, part.messages), part, flight)
+
+        split = _instrument.split_reporter()
+        return await in_parts(chunk, flight, size, post, refused=refused, on_split=split)
+
+    async def _post(
+        self, endpoint: Endpoint, body: bytes, chunk: Chunk, flight: Flight
+    ) -> DispatchResult:
+        """*chunk*'s request, retried as the policy allows; raises what stops the job, and
+        `RequestTooLargeError` (the caller sends the chunk in parts)."""
         # Numbers normalised locally never match the answer as sent: no quick path to try.
         decode = decode_answer if chunk.given is None else decode_json
 
@@ -286,7 +309,7 @@ class DispatchSession(Sending):
                 ),
                 on_retry=count_retry,
             )
-        except STOPS_THE_JOB:
+        except (*STOPS_THE_JOB, RequestTooLargeError):
             raise
         except DispatchError as error:  # reported to the hooks (logging by default)
             return result_from_error(chunk, error, requests=flight.requests, retries=flight.retries)
@@ -347,6 +370,8 @@ class DispatchSession(Sending):
                 retry_after=parse_retry_after(answer.headers.get("Retry-After")),
                 secrets=(token, self._secret.reveal()),
             )
+            if isinstance(error, RequestTooLargeError):
+                error.request_bytes = None if body is None else len(body)
             pause = self.retry.pause_for(error)
             if pause:
                 await self._throttle.pause(pause, self.retry.clock)
