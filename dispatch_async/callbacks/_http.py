@@ -15,7 +15,7 @@ import asyncio
 import email.utils
 import re
 import time
-from typing import Final
+from typing import Final, cast
 
 from ._receiver import Answer, CallbackReceiver
 
@@ -202,8 +202,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.since = time.monotonic()  # last answer, or the current request's first byte
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream's transport: uvloop's has asyncio.Transport's methods without being one.
+        self.transport = cast("asyncio.Transport", transport)
         peer = transport.get_extra_info("peername")
         self.remote = peer[0] if isinstance(peer, tuple) else None
         self.site.connections.add(self)

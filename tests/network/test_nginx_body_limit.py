@@ -17,6 +17,9 @@ from dispatch_async.testing import FakeDispatchServer
 from tests.conftest import TEMPLATE, numbers
 from tests.network._nginx import Nginx, start_nginx
 
+# On uvloop too: the SDK's transport in an app under uvicorn runs there (issue 35).
+pytestmark = pytest.mark.both_loops
+
 #: nginx's default, written out: the test does not depend on Debian's packaged config.
 BODY_LIMIT = "client_max_body_size 1m;"
 
