@@ -71,7 +71,7 @@ class TestARefusedChunk:
         assert [v.ref for v in result.valid] == [f"row{i}" for i in range(1000)]
 
     async def test_halves_refused_are_halved_again(self) -> None:
-        result, server = await send(FITS_250, recipients(1000))
+        result, server = await send(FITS_250, recipients(1000), hooks=[])
         assert result.ok
         assert sent_once(server, 1000)
         assert result.split_to == 250
@@ -118,6 +118,12 @@ class TestARecipientTooLargeAlone:
         assert failed.error.request_bytes is not None
         assert failed.error.request_bytes > 20_000
         assert sent_once(server, 9)
+
+    def test_says_its_size_when_known(self) -> None:
+        refused = da.RequestTooLargeError("413", status=413)
+        assert "bytes" not in str(da.RequestTooLargeError.for_one_recipient(refused))
+        refused.request_bytes = 1_234_567
+        assert "1,234,567 bytes" in str(da.RequestTooLargeError.for_one_recipient(refused))
 
     async def test_in_a_chunk_of_one_is_not_sent(self) -> None:
         given = [da.Recipient(numbers(1)[0], vars={"note": "x" * 20_000})]
