@@ -17,8 +17,6 @@ from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, cast
 
-import attrs
-
 from ._batch_settings import BatchSettings
 from ._exceptions import (
     AuthenticationError,
@@ -34,6 +32,7 @@ from ._matching import result_from_error
 from ._outcome import DispatchResult, merge_results
 from ._recipients import BadChunkError, Chunk, Recipients, Unfinished, check_shape, chunked
 from ._screen import Screen
+from ._split import Flight, ended
 
 __all__ = ["STOPS_THE_JOB", "Batcher", "Flight", "collected"]
 
@@ -48,19 +47,6 @@ STOPS_THE_JOB = (
     NetworkConfigurationError,
     TokenUnavailableError,
 )
-
-
-@attrs.define
-class Flight:
-    """What the batcher must know of a chunk's requests if it has to cancel them.
-
-    ``announce`` is awaited once, just before the first request leaves.
-    """
-
-    announce: Callable[[], Awaitable[object]] | None = None
-    in_request: bool = False
-    requests: int = 0
-    retries: int = 0
 
 
 SendChunk = Callable[[Chunk, Flight], Coroutine[Any, Any, DispatchResult]]
@@ -236,9 +222,7 @@ class Batcher:
                 continue
             error = failure(f"{why} while this was in flight")
             error.maybe_sent = in_request[task]
-            parts.append(
-                result_from_error(chunk, error, requests=flight.requests, retries=flight.retries)
-            )
+            parts.append(ended(chunk, flight, error))
         running.clear()
         return parts
 
@@ -269,9 +253,7 @@ def _outcome(
     if error is None:
         return task.result(), None
     if isinstance(error, STOPS_THE_JOB):
-        return result_from_error(
-            chunk, error, requests=flight.requests, retries=flight.retries
-        ), error
+        return ended(chunk, flight, error), error
     raise error  # pragma: no cover - a bug: chunk tasks turn every other failure into a result
 
 

@@ -28,6 +28,8 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     │   │   ├── ForbiddenError                  403: this caller is refused, most likely
     │   │   │                                   its IP address is not on the account's
     │   │   │                                   allow-list (also an AuthenticationError)
+    │   │   ├── RequestTooLargeError            413: a body larger than the server takes
+    │   │   │                                   (the SDK sends its recipients in parts)
     │   │   └── RateLimitedError                429
     │   └── ServerStatusError                   5xx
     │       └── ServiceUnavailableError         503
@@ -81,6 +83,7 @@ __all__ = [
     "RateLimitedError",
     "RedirectError",
     "RequestTimeoutError",
+    "RequestTooLargeError",
     "ResponseTooLargeError",
     "ServerStatusError",
     "ServiceUnavailableError",
@@ -252,6 +255,34 @@ _FORBIDDEN = (
 )
 
 
+class RequestTooLargeError(ClientStatusError):
+    """A 413: the server (or a proxy before it, such as nginx's ``client_max_body_size``)
+    refused the request's body as too large, without acting on it.
+
+    A ``send_*`` call then sends the refused chunk's recipients again in smaller
+    requests, down to one recipient each (`DispatchResult.split_to`); a recipient whose
+    request alone is refused fails with this error, not sent.
+    """
+
+    request_bytes: int | None = None
+    """The size of the refused request's body, in bytes (None if unknown)."""
+
+    @classmethod
+    def for_one_recipient(cls, refused: RequestTooLargeError) -> RequestTooLargeError:
+        """The error of a recipient whose own request the server refused as too large."""
+        size = "" if refused.request_bytes is None else f" ({refused.request_bytes:,} bytes)"
+        error = cls(
+            f"the server refused the request for this one recipient as too large{size}, "
+            "HTTP 413: its vars are longer than the server takes (nginx: "
+            "client_max_body_size); it was not sent",
+            status=refused.status,
+            headers=refused.headers,
+            body=refused.body,
+        )
+        error.request_bytes = refused.request_bytes
+        return error
+
+
 class RateLimitedError(ClientStatusError):
     """A 429: the service is rate limiting this account."""
 
@@ -318,6 +349,7 @@ class DeliveryStoreError(DispatchError):
 
 _STATUS_CLASSES: dict[int, type[StatusError]] = {
     401: UnauthorizedError,
+    413: RequestTooLargeError,
     429: RateLimitedError,
     503: ServiceUnavailableError,
 }

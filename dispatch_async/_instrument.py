@@ -18,16 +18,17 @@ from typing import Any, Literal, TypeVar
 
 from ._adaptive import RateState
 from ._auth import Token
-from ._batch import Flight
 from ._exceptions import DispatchError, StatusError
 from ._outcome import DispatchResult
 from ._recipients import Chunk
+from ._split import Flight
 from ._transport import has_control_characters
 from .instrumentation._events import (
     CallFinished,
     CallStarted,
     ChunkAnswered,
     ChunkSent,
+    ChunkSplit,
     Hook,
     Paused,
     RateChanged,
@@ -44,6 +45,8 @@ __all__ = [
     "paused",
     "rate_changed",
     "retried",
+    "sending_part",
+    "split_reporter",
     "start_call",
 ]
 
@@ -83,6 +86,29 @@ def attempt(sending: Awaitable[T]) -> Awaitable[T]:
         return sending
     report, span, flight = current
     return _attempt(_Attempt(report, span, flight.retries + 1), sending)
+
+
+def sending_part(part: Chunk) -> None:
+    """The current chunk's attempts now send *part* of it (it was refused as too large)."""
+    if (current := _CHUNK.get()) is not None:
+        report, _, flight = current
+        _CHUNK.set((report, range(part.start, part.start + len(part.messages)), flight))
+
+
+def split_reporter() -> Callable[[Chunk, int | None, int], None] | None:
+    """What reports the current chunk's splits (`ChunkSplit`), or None if nothing listens."""
+    current = _CHUNK.get()
+    if current is None:
+        return None
+    report = current[0]
+
+    def split(part: Chunk, size: int | None, most: int) -> None:
+        event = ChunkSplit(
+            report.call_id, report.endpoint, part.start, len(part.messages), size, most
+        )
+        emit(report.hooks, event)
+
+    return split
 
 
 def retried(error: BaseException, wait: float, attempt: int) -> None:

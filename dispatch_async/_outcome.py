@@ -111,6 +111,10 @@ class DispatchResult:
     """Dispatch requests made, retries and re-sends after a refused token included."""
     retries: int = 0
     """Requests re-sent after a failure the retry policy allows."""
+    split_to: int | None = None
+    """None, unless the server refused a request as too large (HTTP 413, a proxy's
+    ``client_max_body_size``): then the most recipients per request the call sent after
+    that, a ``chunk_size`` its server takes."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -137,6 +141,7 @@ class DispatchResult:
             f"{c['invalid']} invalid, {c['failed']} failed ({c['maybe_sent']} maybe sent, "
             f"{c['not_sent']} not sent); {_counted(self.requests, 'request')}, "
             f"{_counted(self.retries, 'retry', 'retries')}"
+            + ("" if self.split_to is None else f"; split to {self.split_to} per request")
         )
 
     def raise_for_failures(self) -> DispatchResult:
@@ -158,6 +163,7 @@ def merge_results(parts: Iterable[DispatchResult]) -> DispatchResult:
     failed: list[FailedRecipient] = []
     unexpected: list[Mapping[str, Any]] = []
     requests = retries = 0
+    split_to: int | None = None
     for part in ordered:
         valid.extend(part.valid)
         invalid.extend(part.invalid)
@@ -165,6 +171,8 @@ def merge_results(parts: Iterable[DispatchResult]) -> DispatchResult:
         unexpected.extend(part.unexpected)
         requests += part.requests
         retries += part.retries
+        if part.split_to is not None and (split_to is None or part.split_to < split_to):
+            split_to = part.split_to  # the call's smallest: what its last chunks took
     end = max((p.positions.stop for p in ordered), default=0)
     return DispatchResult(
         range(ordered[0].positions.start if ordered else 0, end),
@@ -174,6 +182,7 @@ def merge_results(parts: Iterable[DispatchResult]) -> DispatchResult:
         unexpected,
         requests,
         retries,
+        split_to,
     )
 
 

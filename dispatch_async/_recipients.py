@@ -70,6 +70,25 @@ class Chunk:
             return self.given
         return [m["number"] for m in self.messages]
 
+    def part(self, begin: int, end: int) -> Chunk:
+        """``messages[begin:end]`` as a chunk of its own (the local rejects go with the
+        first part), for a request the server refused as too large.
+
+        The parts of a chunk split at increasing bounds cover its positions exactly.
+        """
+        where = self.message_positions()
+        first = self.start if begin == 0 else where[begin]
+        last = self.start + self.size if end == len(self.messages) else where[end]
+        return Chunk(
+            first,
+            last - first,
+            self.messages[begin:end],
+            None if self.given is None else self.given[begin:end],
+            self.rejected if begin == 0 else [],
+            where[begin:end],
+            self.refs,
+        )
+
 
 def to_wire(
     items: Sequence[Any], start: int, refs: dict[int, Any] | None = None

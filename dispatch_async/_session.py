@@ -18,13 +18,14 @@ from yarl import URL
 from . import _instrument
 from ._arguments import check_arguments
 from ._auth import Secret, TokenEndpoint, TokenKeeper, TokenRequest
-from ._batch import STOPS_THE_JOB, Batcher, Flight
+from ._batch import STOPS_THE_JOB, Batcher
 from ._batch_settings import BatchSettings
 from ._endpoints import Endpoint
 from ._environment import settings_from_env
 from ._exceptions import (
     CallbackError,
     DispatchError,
+    RequestTooLargeError,
     status_error,
 )
 from ._lifecycle import Lifecycle, State
@@ -36,6 +37,7 @@ from ._redaction import url_secrets
 from ._retry import RetryPolicy, parse_retry_after, retrying
 from ._screen import without_unencodable
 from ._sending import Sending
+from ._split import Flight, PartSize, in_parts
 from ._throttle import Limiter, Throttle
 from ._token_store import TokenStore
 from ._transport import Transport, check_base_url, client_timeout
@@ -276,8 +278,10 @@ class DispatchSession(Sending):
         url = str(self._transport.url(endpoint.path))
         report = _instrument.start_call(self._hooks, endpoint.path, url)
 
+        size = PartSize()  # what this call's server takes, once it refused a body (413)
+
         async def send(chunk: Chunk, flight: Flight) -> DispatchResult:
-            return await self._send_chunk(endpoint, fields, chunk, flight)
+            return await self._send_chunk(endpoint, fields, chunk, flight, size)
 
         batcher = Batcher(
             recipients,
@@ -288,7 +292,7 @@ class DispatchSession(Sending):
         return batcher.parts() if report is None else report.observe(batcher.parts(), batcher.total)
 
     async def _send_chunk(
-        self, endpoint: Endpoint, fields: Envelope, chunk: Chunk, flight: Flight
+        self, endpoint: Endpoint, fields: Envelope, chunk: Chunk, flight: Flight, size: PartSize
     ) -> DispatchResult:
         if not chunk.messages:  # everything was refused locally: nothing to send
             return result_from_answer(chunk, _NOTHING_SENT, requests=0)
@@ -300,6 +304,32 @@ class DispatchSession(Sending):
                 return result_from_answer(chunk, _NOTHING_SENT, requests=0)
             body = encode_dispatch(fields, chunk.messages)
         secrets = url_secrets(fields.callback, fields.webhook)  # the service may echo them
+        refused = None
+        if size.fits(len(chunk.messages)):
+            try:
+                return await self._post(endpoint, body, chunk, flight, secrets)
+            except RequestTooLargeError as error:
+                refused = error
+
+        async def post(part: Chunk) -> DispatchResult:
+            _instrument.sending_part(part)
+            body = encode_dispatch(fields, part.messages)
+            return await self._post(endpoint, body, part, flight, secrets)
+
+        split = _instrument.split_reporter()
+        return await in_parts(chunk, flight, size, post, refused=refused, on_split=split)
+
+    async def _post(
+        self,
+        endpoint: Endpoint,
+        body: bytes,
+        chunk: Chunk,
+        flight: Flight,
+        secrets: tuple[str, ...],
+    ) -> DispatchResult:
+        """*chunk*'s request, retried as the policy allows; raises what stops the job, and
+        `RequestTooLargeError` (the caller sends the chunk in parts). *secrets*: the keys of
+        the request's callback URLs, kept out of error texts."""
         # Numbers normalised locally never match the answer as sent: no quick path to try.
         decode = decode_answer if chunk.given is None else decode_json
 
@@ -315,7 +345,7 @@ class DispatchSession(Sending):
                 ),
                 on_retry=count_retry,
             )
-        except STOPS_THE_JOB:
+        except (*STOPS_THE_JOB, RequestTooLargeError):
             raise
         except DispatchError as error:  # reported to the hooks (logging by default)
             return result_from_error(chunk, error, requests=flight.requests, retries=flight.retries)
@@ -378,6 +408,8 @@ class DispatchSession(Sending):
                 retry_after=parse_retry_after(answer.headers.get("Retry-After")),
                 secrets=(token, self._secret.reveal(), *secrets),
             )
+            if isinstance(error, RequestTooLargeError):
+                error.request_bytes = None if body is None else len(body)
             pause = self.retry.pause_for(error)
             if pause:
                 await self._throttle.pause(pause, self.retry.clock)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if kept and len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept
+
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop has no Windows build
+    uvloop = None
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Every async test on asyncio's loop; those marked ``both_loops`` on uvloop's too.
+
+    The receivers and the SDK's transport run under uvicorn on uvloop as often as not:
+    their modules are marked (``pytestmark``), and each of their tests runs twice.
+    """
+    loops: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop}
+    if uvloop is not None and item.get_closest_marker("both_loops") is not None:
+        loops["uvloop"] = uvloop.new_event_loop
+    return loops
 
 
 @pytest.hookimpl(wrapper=True)

@@ -22,6 +22,9 @@ from dispatch_async.callbacks import CallbackServer, DeliveryEvent, DeliveryTrac
 TOKEN = "k3Y-0f-th1s-rece1ver-0nly"
 PATH = f"/callbacks/{TOKEN}"
 
+# On uvloop too: a FastAPI app under uvicorn runs its receiver there (issue 35).
+pytestmark = pytest.mark.both_loops
+
 
 def event(reference: str) -> bytes:
     return orjson.dumps({"reference": reference, "type": "DELIVERED", "channel": "RCS"})

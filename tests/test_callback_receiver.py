@@ -32,6 +32,9 @@ from dispatch_async.callbacks import (
 )
 from dispatch_async.callbacks._http import Site
 
+# On uvloop too: a FastAPI app under uvicorn runs its receiver there (issue 35).
+pytestmark = pytest.mark.both_loops
+
 TOKEN = "k3Y-0f-th1s-rece1ver-0nly"
 NUMBER = "5511987654321"
 

@@ -58,6 +58,7 @@ def test_instrumentation_package_exports_the_hook_protocol() -> None:
         "CallStarted",
         "ChunkAnswered",
         "ChunkSent",
+        "ChunkSplit",
         "Event",
         "Hook",
         "LoggingHook",

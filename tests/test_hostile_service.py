@@ -24,6 +24,9 @@ from dispatch_async.testing import FakeDispatchServer, Fault
 
 from .conftest import SECRET, TEMPLATE, numbers, session_for
 
+# On uvloop too: the SDK's transport in an app under uvicorn runs there (issue 35).
+pytestmark = pytest.mark.both_loops
+
 LEAKED = "opaque-0123456789abcdef"
 
 

@@ -23,6 +23,9 @@ import dispatch_async as da
 from dispatch_async import _transport
 from dispatch_async._redaction import redacted, url_secrets
 
+# On uvloop too: the SDK's transport in an app under uvicorn runs there (issue 35).
+pytestmark = pytest.mark.both_loops
+
 BASE = "https://api.example.test"
 SECRET = "s3cr3t-CLIENT-value"
 TOKEN = "tok-ACCESS-value-123"

@@ -25,6 +25,9 @@ from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
 
 from .conftest import SECRET, numbers, session_for
 
+# On uvloop too: a FastAPI app under uvicorn runs its receiver there (issue 35).
+pytestmark = pytest.mark.both_loops
+
 pytest_plugins = ["pytester"]
 
 DOCUMENTED = {

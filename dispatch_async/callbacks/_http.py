@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
-from typing import Final
+from typing import Final, cast
 
 from ._framing import MAX_HEAD_BYTES, ChunkedBody, Head, Malformed
 from ._receiver import Answer, CallbackReceiver, error_body
@@ -102,8 +102,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.body_since = 0.0  # when that head came
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream's transport: uvloop's has asyncio.Transport's methods without being one.
+        self.transport = cast("asyncio.Transport", transport)
         peer = transport.get_extra_info("peername")
         self.remote = peer[0] if isinstance(peer, tuple) else None
         self.site.connections.add(self)

@@ -18,6 +18,7 @@ __all__ = [
     "CallStarted",
     "ChunkAnswered",
     "ChunkSent",
+    "ChunkSplit",
     "Event",
     "Hook",
     "Paused",
@@ -109,6 +110,28 @@ class ChunkAnswered:
 
 
 @attrs.frozen
+class ChunkSplit:
+    """The server refused a request as too large (HTTP 413): its recipients go out in parts.
+
+    The call's later chunks are sent in parts of ``part_size`` at once; a ``chunk_size``
+    of ``part_size`` avoids the refusal next time.
+    """
+
+    call_id: int
+    """The call's number, as in its `CallStarted`."""
+    endpoint: str
+    """The endpoint's path."""
+    start: int
+    """The input position of the refused request's first recipient."""
+    size: int
+    """How many recipients the refused request carried."""
+    request_bytes: int | None
+    """The refused request's body size in bytes (None if unknown)."""
+    part_size: int
+    """The most recipients per request the call sends from now on."""
+
+
+@attrs.frozen
 class RetryScheduled:
     """A failed attempt will be tried again after ``wait`` seconds."""
 
@@ -167,6 +190,7 @@ Event = (
     | CallFinished
     | ChunkSent
     | ChunkAnswered
+    | ChunkSplit
     | RetryScheduled
     | Paused
     | RateChanged

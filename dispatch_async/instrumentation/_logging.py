@@ -16,6 +16,7 @@ import attrs
 from ._events import (
     CallFinished,
     ChunkAnswered,
+    ChunkSplit,
     Event,
     Paused,
     RetryScheduled,
@@ -32,8 +33,9 @@ class LoggingHook:
     What every call does (started, each chunk sent and answered, finished, tokens, the
     learned rate) is DEBUG: a worker sending one call per task must not log a line per
     task. Retries and pauses are INFO, and so is an attempt that failed without the
-    service acting; an attempt the service may have acted on, and a call that ended
-    with failed recipients or an error, are WARNING.
+    service acting; an attempt the service may have acted on, a request refused as too
+    large (`ChunkSplit`), and a call that ended with failed recipients or an error, are
+    WARNING.
     """
 
     def __init__(self, logger: logging.Logger | None = None) -> None:
@@ -61,6 +63,8 @@ def _level(event: Event) -> int:
         return logging.WARNING if failed or event.error is not None else logging.DEBUG
     if isinstance(event, Paused | RetryScheduled):
         return logging.INFO
+    if isinstance(event, ChunkSplit):
+        return logging.WARNING  # the job goes on, but its chunk_size is too large
     return logging.DEBUG
 
 
