@@ -170,3 +170,103 @@ def test_without_click_the_command_says_what_to_install(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert 'pip install "dispatch-async[cli]"' in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# The command line's wings (docs/guides/contributing.md), top to bottom: the commands at
+# _cli's top, then queued, job, reading. Each may import the wings below it and `screen`;
+# `screen` imports none of them.
+CLI = PACKAGE / "_cli"
+FLOORS = ("top", "queued", "job", "reading")
+
+
+def _cli_module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _wing(module: str) -> str:
+    """The wing of a module of the command line: its first subpackage, or "top"."""
+    parts = module.split(".")
+    wing = parts[2] if len(parts) > 2 else "top"
+    return wing if wing in (*FLOORS, "screen") else "top"
+
+
+def _may_import(wing: str) -> set[str]:
+    if wing == "screen":
+        return {"screen"}
+    return {"screen", *FLOORS[FLOORS.index(wing) :]}
+
+
+def _cli_imports() -> dict[str, set[str]]:
+    """Every module of the command line and the modules of the command line it imports."""
+    modules = {_cli_module(path): path for path in CLI.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        names = imported_by(path)
+        graph[module] = {
+            name if name in modules else name.rpartition(".")[0]
+            for name in names
+            if name in modules or name.rpartition(".")[0] in modules
+        } - {module}
+    return graph
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of *graph*, as the modules around it, or None."""
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return None
+        for imported in sorted(graph.get(module, ())):
+            found = visit(imported, [*path, module])
+            if found:
+                return found
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        found = visit(module, [])
+        if found:
+            return found
+    return None
+
+
+class TestTheCommandLineWings:
+    def test_every_wing_is_a_subpackage_that_says_what_it_may_import(self) -> None:
+        for wing in ("reading", "job", "queued", "screen"):
+            doc = ast.get_docstring(ast.parse((CLI / wing / "__init__.py").read_text()))
+            assert doc, f"_cli/{wing} has no docstring"
+            assert "import" in doc.lower(), f"_cli/{wing}'s docstring does not say what it imports"
+
+    def test_no_wing_imports_a_wing_above_it(self) -> None:
+        for module, imported in _cli_imports().items():
+            wing = _wing(module)
+            if wing == "top":
+                continue
+            above = {name for name in imported if _wing(name) not in _may_import(wing)}
+            assert not above, f"{module} ({wing}) imports {above}"
+
+    def test_screen_imports_no_other_wing(self) -> None:
+        for module, imported in _cli_imports().items():
+            if _wing(module) == "screen":
+                others = {name for name in imported if _wing(name) != "screen"}
+                assert not others, f"{module} imports {others}"
+
+    def test_the_command_line_has_no_import_circle(self) -> None:
+        assert _circle(_cli_imports()) is None
+
+    def test_a_circle_is_found(self) -> None:
+        """The check itself: a circle of three is told, a ladder is not."""
+        assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+        assert _circle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+    def test_the_directions_are_the_drawn_ones(self) -> None:
+        """The rule itself: down the floors and to the screen, never up or sideways from it."""
+        assert _may_import("queued") == {"screen", "queued", "job", "reading"}
+        assert _may_import("job") == {"screen", "job", "reading"}
+        assert _may_import("reading") == {"screen", "reading"}
+        assert _may_import("screen") == {"screen"}
+        assert _wing("dispatch_async._cli.commands") == "top"
+        assert _wing("dispatch_async._cli.job.spec") == "job"

@@ -31,8 +31,8 @@ from dispatch_async.callbacks import (
 )
 
 from .job.reconcile import reconcile as reconcile_results
-from .job.spec import Problem
 from .options import prefix_option
+from .screen.problem import Problem
 
 __all__ = ["callbacks"]
 

@@ -26,14 +26,7 @@ from .exits import exit_with, failure
 from .job.plan import run_plan
 from .job.resume import job_options, resumed, stored_job
 from .job.send import run_send
-from .job.spec import (
-    Display,
-    InputSpec,
-    JobSpec,
-    Problem,
-    SendSettings,
-    Target,
-)
+from .job.spec import Display, InputSpec, JobSpec, SendSettings, Target
 from .options import (
     connection,
     export_options,
@@ -45,6 +38,7 @@ from .options import (
 from .queue_commands import report, worker
 from .reading.columns import var_pairs
 from .reading.input import Format
+from .screen.problem import Problem
 from .serve import serve_command
 
 __all__ = ["cli"]

@@ -24,8 +24,10 @@ import pytest
 from aiohttp import web
 
 from dispatch_async._cli.job.export import correction
-from dispatch_async._cli.job.spec import Connection, InputSpec, JobSpec, Problem, Target
-from dispatch_async._cli.reading.exclude import ExcludeList, load_exclude
+from dispatch_async._cli.job.source import load_exclude
+from dispatch_async._cli.job.spec import Connection, InputSpec, JobSpec, Target
+from dispatch_async._cli.reading.exclude import ExcludeList
+from dispatch_async._cli.screen.problem import Problem
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import by_line, dispatch_async, interrupted, raw, records
 

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from dispatch_async._cli.callbacks import ServeConfig, _token
 from dispatch_async._cli.commands import cli as main
 from dispatch_async._cli.job.reconcile import _locked, _rewrite, reconcile
-from dispatch_async._cli.job.spec import Problem
+from dispatch_async._cli.screen.problem import Problem
 from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker, parse_event
 from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
 from tests.conftest import SECRET, numbers, session_for

@@ -40,7 +40,6 @@ from dispatch_async._cli.job.spec import (
     Display,
     InputSpec,
     JobSpec,
-    Problem,
     SendSettings,
     Target,
 )
@@ -53,6 +52,7 @@ from dispatch_async._cli.reading.input import (
 )
 from dispatch_async._cli.reading.rows import Row
 from dispatch_async._cli.screen.causes import line_ranges, said
+from dispatch_async._cli.screen.problem import Problem
 from dispatch_async._cli.screen.progress import Tally, _Bar, make_progress, render_summary
 from dispatch_async._models import invalid_messages, valid_messages
 from dispatch_async.testing import FakeDispatchServer, Fault, argument_parser

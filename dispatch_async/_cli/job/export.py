@@ -35,12 +35,13 @@ import orjson
 import dispatch_async as da
 
 from ..reading.columns import column_key
-from ..reading.csv import CsvLayout, csv_records, open_input
+from ..reading.csv import csv_records, open_input
 from ..reading.input import Format, InputProblem, UnreadableInput, line_bound
+from ..reading.rows import CsvLayout
+from ..screen.outcomes import OUTCOMES
+from ..screen.problem import FAILED, OK, Problem
 from ..screen.words import counted
 from .journal import journal_path
-from .records import OUTCOMES
-from .spec import FAILED, OK, Problem
 
 __all__ = ["ExportSpec", "correction", "is_results", "neutralised", "run_export"]
 

@@ -51,8 +51,8 @@ from typing import IO, TypeAlias
 import orjson
 
 from ..reading.rows import Row
+from ..screen.problem import DISK_ERRORS, FAILED, USAGE, Problem
 from .recorded import Recorded, fingerprints, new_record
-from .spec import DISK_ERRORS, FAILED, USAGE, Problem
 
 try:
     import fcntl

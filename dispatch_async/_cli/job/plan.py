@@ -15,13 +15,13 @@ import attrs
 
 import dispatch_async as da
 
-from ..reading.exclude import load_exclude
 from ..reading.input import InputProblem, Row, Rows, line_bound
+from ..screen.problem import FAILED, OK, Problem
 from ..screen.words import counted
 from .journal import JobFiles, new_record
 from .records import SHOWN_MALFORMED, malformed_note
-from .source import Source
-from .spec import FAILED, OK, JobSpec, Problem, dedupe_key
+from .source import Source, load_exclude
+from .spec import JobSpec, dedupe_key
 
 __all__ = ["run_plan"]
 

@@ -27,9 +27,9 @@ import orjson
 import dispatch_async as da
 from dispatch_async.callbacks import DeliveryTracker, resolve_maybe_sent
 
+from ..screen.problem import Problem
 from .journal import journal_path
 from .records import sent_record
-from .spec import Problem
 
 try:
     import fcntl

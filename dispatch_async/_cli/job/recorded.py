@@ -19,8 +19,8 @@ import orjson
 import dispatch_async as da
 
 from ..reading.rows import MALFORMED
-from .records import OUTCOMES
-from .spec import Problem
+from ..screen.outcomes import OUTCOMES
+from ..screen.problem import Problem
 
 __all__ = ["Recorded", "fingerprint", "fingerprints", "new_record"]
 

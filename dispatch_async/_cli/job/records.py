@@ -20,11 +20,10 @@ import orjson
 import dispatch_async as da
 
 from ..reading.input import MALFORMED, Row
+from ..screen.outcomes import Failure
 
 __all__ = [
-    "OUTCOMES",
     "SHOWN_MALFORMED",
-    "Failure",
     "failed_record",
     "invalid_record",
     "malformed_note",
@@ -33,7 +32,6 @@ __all__ = [
     "sent_record",
 ]
 
-OUTCOMES = ("sent", "invalid", "not_sent", "maybe_sent")
 #: How many malformed rows a run names on stderr before it only counts them.
 SHOWN_MALFORMED = 10
 
@@ -113,8 +111,6 @@ def failed_record(
 
 
 Explain = Callable[[da.DispatchError], tuple[str, str]]
-#: A failed row, as ``part_records`` reports it: (line, maybe_sent, error, error_type).
-Failure = tuple[int, bool, str, str]
 
 
 def _as_is(error: da.DispatchError) -> tuple[str, str]:

@@ -25,8 +25,9 @@ import click
 from click.core import ParameterSource
 
 from ..reading.rows import Rows
+from ..screen.problem import DISK_ERRORS, FAILED, USAGE, Problem
 from .journal import journal_path, stored_options
-from .spec import DISK_ERRORS, FAILED, USAGE, Problem, Target
+from .spec import Target
 
 __all__ = ["as_read", "job_options", "resumed", "stored_job"]
 

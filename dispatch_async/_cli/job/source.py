@@ -2,11 +2,13 @@
 
 A row is skipped (already recorded), settled at once (malformed, maybe sent by a run
 that died, a duplicate of a number sent before) or handed on to be sent. The source
-runs in a worker thread, so a slow stdin never stalls the event loop.
+runs in a worker thread, so a slow stdin never stalls the event loop. The job's ``--exclude``
+list is loaded here too (``load_exclude``): the reading wing reads it, the job says which.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,12 +17,13 @@ import attrs
 import dispatch_async as da
 
 from ..reading.exclude import ExcludeList
-from ..reading.input import Row, Rows, UnreadableInput, is_regular_file
+from ..reading.input import InputProblem, Row, Rows, UnreadableInput, is_regular_file
+from ..screen.problem import Problem
 from .journal import Recorded
 from .records import failed_record, invalid_record, malformed_record
-from .spec import InputSpec, Problem
+from .spec import InputSpec, JobSpec, exclude_key
 
-__all__ = ["Reading", "Source", "changed_line", "check_input"]
+__all__ = ["Reading", "Source", "changed_line", "check_input", "load_exclude"]
 
 
 @attrs.define
@@ -203,3 +206,16 @@ def changed_line(line: int, recorded: Recorded, output: Path | None) -> Problem:
         f"line {line} of the input is not {what}: the input changed since the job started. "
         "Resume with the input as it was (new rows go at its end, or into a new job)"
     )
+
+
+async def load_exclude(spec: JobSpec) -> ExcludeList | None:
+    """The job's ``--exclude`` list, read in a worker thread (None without one)."""
+    if spec.exclude is None:
+        return None
+    key = exclude_key(spec.settings)
+    try:
+        return await asyncio.to_thread(ExcludeList, spec.exclude, key, spec.input.number_column)
+    except InputProblem as exc:
+        raise Problem(str(exc)) from None
+    except OSError as exc:
+        raise Problem(f"cannot read --exclude {spec.exclude}: {exc.strerror}") from None

@@ -1,4 +1,4 @@
-"""What a command is asked to do: the job spec, its exit codes, and the one error it shows.
+"""What a command is asked to do: the job spec (its exit codes and error: ``screen.problem``).
 
 Every default here is the SDK's, read once from its public objects: the command line
 never writes a chunk size, a concurrency or a retry count of its own.
@@ -6,7 +6,6 @@ never writes a chunk size, a concurrency or a retry count of its own.
 
 from __future__ import annotations
 
-import errno
 import inspect
 import sys
 from collections.abc import AsyncGenerator, Callable
@@ -18,19 +17,15 @@ import attrs
 import dispatch_async as da
 
 from ..reading.input import Format, InputProblem, Rows, open_rows
+from ..screen.problem import Problem
 
 __all__ = [
     "DEFAULTS",
-    "DISK_ERRORS",
-    "FAILED",
-    "OK",
-    "USAGE",
     "Connection",
     "Display",
     "Endpoint",
     "InputSpec",
     "JobSpec",
-    "Problem",
     "SendSettings",
     "Target",
     "dedupe_key",
@@ -38,12 +33,6 @@ __all__ = [
     "sent_as",
 ]
 
-#: Exit codes: every line sent or validly rejected; some lines failed (or the job stopped
-#: early); a usage or configuration error.
-OK, FAILED, USAGE = 0, 1, 2
-#: Errors of the disk rather than of the file named: the run failed (exit 1), the usage
-#: is fine.
-DISK_ERRORS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG})
 
 Endpoint = Literal["basic", "single", "template", "webhook"]
 
@@ -73,15 +62,6 @@ def _sdk_defaults() -> _Defaults:
 
 #: The SDK's defaults, as the command line shows and uses them.
 DEFAULTS: Final = _sdk_defaults()
-
-
-class Problem(Exception):
-    """A reason to stop with one clear line on stderr and no traceback."""
-
-    def __init__(self, message: str, exit_code: int = USAGE) -> None:
-        super().__init__(message)
-        self.message = message
-        self.exit_code = exit_code
 
 
 def _parameters(endpoint: str) -> frozenset[str]:

@@ -38,8 +38,8 @@ from typing import Any, Final, TypeAlias
 import attrs
 import orjson
 
-from ..job.spec import FAILED, Problem
 from ..reading.input import Row
+from ..screen.problem import FAILED, Problem
 
 #: A redis-py asyncio client. Typed loosely: redis-py types every reply as "awaitable or
 #: not", which strict mypy rejects at each ``await``.

@@ -14,8 +14,9 @@ import orjson
 
 import dispatch_async as da
 
-from ..job.spec import InputSpec, Problem, Target
+from ..job.spec import InputSpec, Target
 from ..reading.input import Row
+from ..screen.problem import Problem
 from .chunks import (
     DEFAULT_TTL,
     JobKeys,

@@ -19,8 +19,9 @@ import orjson
 
 import dispatch_async as da
 
-from ..job.records import OUTCOMES
-from ..job.spec import FAILED, OK, InputSpec, Problem, Target
+from ..job.spec import InputSpec, Target
+from ..screen.outcomes import OUTCOMES
+from ..screen.problem import FAILED, OK, Problem
 from ..screen.progress import Tally, render_summary
 from ..screen.words import counted
 from .chunks import (

@@ -20,8 +20,9 @@ import orjson
 import dispatch_async as da
 
 from ..job.records import failed_record, malformed_record, part_records
-from ..job.spec import Connection, Problem, Target
+from ..job.spec import Connection, Target
 from ..reading.input import Row
+from ..screen.problem import Problem
 from .chunks import (
     DONE,
     IN_FLIGHT,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import click
 
-from .rows import InputProblem
+from .problems import InputProblem
 
 __all__ = ["column_key", "parse_vars", "var_columns", "var_pairs"]
 

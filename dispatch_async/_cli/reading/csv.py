@@ -18,15 +18,13 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
-import attrs
-
 from .columns import column_key, var_columns
-from .encoding import UTF8, Encoding, detect_encoding
-from .rows import InputProblem, Row, Rows, UnreadableInput
+from .encoding import Encoding, detect_encoding
+from .problems import InputProblem, UnreadableInput
+from .rows import CsvLayout, Row, Rows
 
 __all__ = [
     "DELIMITERS",
-    "CsvLayout",
     "csv_records",
     "csv_rows",
     "detect_delimiter",
@@ -35,29 +33,8 @@ __all__ = [
 
 #: The separators a CSV is read with, in the order a tie is settled.
 DELIMITERS = (",", ";", "\t", "|")
-_DELIMITER_NAMES = {",": "',' (comma)", ";": "';' (semicolon)", "\t": "tab", "|": "'|' (pipe)"}
-_UTF8 = Encoding(UTF8)
 #: The longest CSV field read (csv's default, 131,072, is less than some real notes).
 _FIELD_LIMIT = 1 << 23
-
-
-@attrs.frozen
-class CsvLayout:
-    """How a CSV file is written, so a retry file can be written the same way."""
-
-    delimiter: str
-    #: The column names rows are read with (the header's, stripped, or ``--columns``).
-    names: tuple[str, ...]
-    #: The header's fields as written; None for a file without a header (``--columns``).
-    header: tuple[str, ...] | None
-    bom: bool = False
-    newline: str = "\n"
-    encoding: Encoding = _UTF8
-
-    @property
-    def separator(self) -> str:
-        """The delimiter as a person reads it in a message: "';' (semicolon)"."""
-        return _DELIMITER_NAMES.get(self.delimiter, repr(self.delimiter))
 
 
 def open_input(path: str) -> tuple[IO[bytes], bool]:

@@ -32,7 +32,7 @@ from typing import IO, Final
 
 import attrs
 
-from .rows import InputProblem
+from .problems import InputProblem
 
 __all__ = ["ENCODINGS", "UTF8", "WINDOWS_1252", "Encoding", "detect_encoding", "encoding_name"]
 

@@ -14,7 +14,6 @@ line without a digit in that column is a header.
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
 import itertools
@@ -23,14 +22,13 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
-from ..job.spec import JobSpec, Problem, exclude_key
 from ..screen.words import counted
 from .columns import column_key
 from .csv import detect_delimiter, open_input
 from .encoding import detect_encoding
 from .rows import InputProblem
 
-__all__ = ["ExcludeList", "load_exclude"]
+__all__ = ["ExcludeList"]
 
 #: Numbers asked about in one query (SQLite's oldest limit on parameters is 999).
 _QUERY: Final = 500
@@ -86,19 +84,6 @@ class ExcludeList:
 
     def close(self) -> None:
         self._db.close()
-
-
-async def load_exclude(spec: JobSpec) -> ExcludeList | None:
-    """The job's ``--exclude`` list, read in a worker thread (None without one)."""
-    if spec.exclude is None:
-        return None
-    key = exclude_key(spec.settings)
-    try:
-        return await asyncio.to_thread(ExcludeList, spec.exclude, key, spec.input.number_column)
-    except InputProblem as exc:
-        raise Problem(str(exc)) from None
-    except OSError as exc:
-        raise Problem(f"cannot read --exclude {spec.exclude}: {exc.strerror}") from None
 
 
 def _numbers(path: str, number_column: str) -> Iterator[str]:

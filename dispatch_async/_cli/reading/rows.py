@@ -1,30 +1,55 @@
-"""What reading an input gives: rows, each with its line number, and the errors.
+"""What reading an input gives: rows, each with its line number, the errors, the CSV's layout.
 
-Shared by the JSONL reader (``input``) and the CSV reader (``csv``).
+Shared by the JSONL reader (``input``) and the CSV reader (``csv``). The layout is here,
+not in ``csv``, so that ``rows`` imports nothing that imports it back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import IO, Any, Literal, NamedTuple
 
-if TYPE_CHECKING:
-    from .csv import CsvLayout
+import attrs
 
-__all__ = ["MALFORMED", "Format", "InputProblem", "Row", "Rows", "UnreadableInput"]
+from .encoding import UTF8, Encoding
+from .problems import InputProblem, UnreadableInput
+
+__all__ = [
+    "MALFORMED",
+    "CsvLayout",
+    "Format",
+    "InputProblem",
+    "Row",
+    "Rows",
+    "UnreadableInput",
+]
 
 #: The reason recorded for every row that could not be read as a recipient.
 MALFORMED = "malformed input row"
 
 Format = Literal["auto", "csv", "jsonl"]
 
+_DELIMITER_NAMES = {",": "',' (comma)", ";": "';' (semicolon)", "\t": "tab", "|": "'|' (pipe)"}
+_UTF8 = Encoding(UTF8)
 
-class InputProblem(Exception):
-    """The input as a whole cannot be read (a missing column, an unreadable header)."""
 
+@attrs.frozen
+class CsvLayout:
+    """How a CSV file is written, so a retry file can be written the same way."""
 
-class UnreadableInput(InputProblem):
-    """The input cannot be read past a line: what follows it is not trusted as rows."""
+    delimiter: str
+    #: The column names rows are read with (the header's, stripped, or ``--columns``).
+    names: tuple[str, ...]
+    #: The header's fields as written; None for a file without a header (``--columns``).
+    header: tuple[str, ...] | None
+    bom: bool = False
+    newline: str = "\n"
+    encoding: Encoding = _UTF8
+
+    @property
+    def separator(self) -> str:
+        """The delimiter as a person reads it in a message: "';' (semicolon)"."""
+        return _DELIMITER_NAMES.get(self.delimiter, repr(self.delimiter))
 
 
 class Row(NamedTuple):

@@ -14,12 +14,11 @@ import shlex
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 import dispatch_async as da
 
-from ..job.spec import SendSettings
-
-__all__ = ["HOME_REGION", "LocalNumbers", "export_command", "too_many_invalid"]
+__all__ = ["HOME_REGION", "LocalNumbers", "Screening", "export_command", "too_many_invalid"]
 
 #: The region tried for rejected numbers when neither --region nor DISPATCH_REGION gives
 #: one: the service is Brazilian, and so are most of the lists sent through it.
@@ -28,10 +27,23 @@ HOME_REGION = "BR"
 _SAMPLE = 1000
 
 
+class Screening(Protocol):
+    """What advice reads of a job's settings (``job.spec.SendSettings`` has both).
+
+    A protocol, not the class: the screen wing imports no other wing.
+    """
+
+    @property
+    def prevalidate(self) -> bool: ...
+
+    @property
+    def region(self) -> str | None: ...
+
+
 class LocalNumbers:
     """The first rejected numbers of a run, to tell whether they are local numbers."""
 
-    def __init__(self, settings: SendSettings) -> None:
+    def __init__(self, settings: Screening) -> None:
         self._settings = settings
         self._region = settings.region or HOME_REGION
         # With both, a local number of the region was sent in E.164: a rejection is not one.

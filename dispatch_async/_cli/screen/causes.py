@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import attrs
 import orjson
 
-from ..job.records import Failure
+from .outcomes import Failure
 
 __all__ = ["Causes", "line_ranges", "said"]
 

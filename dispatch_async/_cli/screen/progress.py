@@ -21,7 +21,7 @@ from typing import Any, Protocol, TextIO
 
 import attrs
 
-from ..job.records import OUTCOMES
+from .outcomes import OUTCOMES
 from .words import counted
 
 __all__ = [

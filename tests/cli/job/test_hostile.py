@@ -21,9 +21,10 @@ import pytest
 from dispatch_async._cli.job.journal import JobFiles, stored_options
 from dispatch_async._cli.job.recorded import Recorded, fingerprint, fingerprints, new_record
 from dispatch_async._cli.job.source import Source, check_input
-from dispatch_async._cli.job.spec import InputSpec, Problem
+from dispatch_async._cli.job.spec import InputSpec
 from dispatch_async._cli.reading.csv import csv_records
 from dispatch_async._cli.reading.input import InputProblem, Row, open_rows
+from dispatch_async._cli.screen.problem import Problem
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import (
     COMMAND,

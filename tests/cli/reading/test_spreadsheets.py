@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dispatch_async._cli.job.export import ExportSpec, run_export
-from dispatch_async._cli.job.spec import Problem
+from dispatch_async._cli.screen.problem import Problem
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import (
     by_line,
