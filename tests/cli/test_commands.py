@@ -17,7 +17,6 @@ import re
 import signal
 import socket
 import struct
-import sys
 import termios
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -33,7 +32,6 @@ import dispatch_async as da
 from dispatch_async import DispatchSession, RateLimitedError, RetryPolicy
 from dispatch_async._cli.commands import cli
 from dispatch_async._cli.job.plan import run_plan
-from dispatch_async._cli.job.records import part_records
 from dispatch_async._cli.job.send import run_send
 from dispatch_async._cli.job.spec import (
     Connection,
@@ -43,18 +41,7 @@ from dispatch_async._cli.job.spec import (
     SendSettings,
     Target,
 )
-from dispatch_async._cli.reading.input import (
-    InputProblem,
-    count_lines,
-    is_regular_file,
-    line_bound,
-    open_rows,
-)
-from dispatch_async._cli.reading.rows import Row
-from dispatch_async._cli.screen.causes import line_ranges, said
 from dispatch_async._cli.screen.problem import Problem
-from dispatch_async._cli.screen.progress import Tally, _Bar, make_progress, render_summary
-from dispatch_async._models import invalid_messages, valid_messages
 from dispatch_async.testing import FakeDispatchServer, Fault, argument_parser
 from tests.cli_helpers import (
     COMMAND,
@@ -73,198 +60,6 @@ from tests.cli_helpers import (
 from tests.conftest import HANG, SECRET, numbers
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-# -- input -------------------------------------------------------------------------
-
-
-class TestInput:
-    async def test_sends_every_csv_row_and_records_it_by_line(
-        self, server: FakeDispatchServer, env: dict[str, str], contacts: Path, tmp_path: Path
-    ) -> None:
-        out = tmp_path / "results.jsonl"
-        run = await dispatch_async(
-            "send", "template", "--template-id", "pix_reminder", "-i", contacts, "-o", out, env=env
-        )
-        assert run.code == 0, run.stderr
-        found = by_line(out)
-        assert sorted(found) == [2, 3, 4, 5, 6]
-        assert [found[line]["number"] for line in (2, 3, 4, 5)] == numbers(4)
-        assert server.stats.received == Counter([*numbers(4), "12345"])
-        assert server.stats.calls_by_path == Counter({"template": 1})
-
-    async def test_reads_jsonl(
-        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
-    ) -> None:
-        source = write_jsonl(
-            tmp_path / "contacts.jsonl",
-            [{"number": n, "vars": {"name": "Ana"}} for n in numbers(3)] + [{"number": "+5511"}],
-        )
-        out = tmp_path / "results.jsonl"
-        run = await dispatch_async(
-            "send", "basic", "--text", "Olá", "-i", source, "-o", out, env=env
-        )
-        assert run.code == 0, run.stderr
-        assert sorted(by_line(out)) == [1, 2, 3, 4]
-        assert server.stats.received == Counter([*numbers(3), "+5511"])
-
-    async def test_reads_stdin_when_the_input_is_a_dash(
-        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
-    ) -> None:
-        lines = "".join(json.dumps({"number": n}) + "\n" for n in numbers(3))
-        out = tmp_path / "results.jsonl"
-        run = await dispatch_async(
-            "send", "single", "--text", "hi", "-i", "-", "-o", out, env=env, stdin=lines.encode()
-        )
-        assert run.code == 0, run.stderr
-        assert {r["line"]: r["outcome"] for r in records(out)} == {1: "sent", 2: "sent", 3: "sent"}
-        assert server.stats.calls_by_path == Counter({"single": 1})
-
-    async def test_reads_csv_from_stdin_too(
-        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
-    ) -> None:
-        text = "number,name\n" + "".join(f"{n},Ana\n" for n in numbers(2))
-        out = tmp_path / "results.jsonl"
-        run = await dispatch_async(
-            "send", "basic", "--text", "hi", "-i", "-", "-o", out, env=env, stdin=text.encode()
-        )
-        assert run.code == 0, run.stderr
-        assert sorted(by_line(out)) == [2, 3]
-
-    async def test_the_number_column_and_headerless_columns_are_configurable(
-        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
-    ) -> None:
-        named = write_csv(tmp_path / "named.csv", "name,phone", [f"Ana,{n}" for n in numbers(2)])
-        bare = write_csv(tmp_path / "bare.csv", f"{numbers(1, 2)[0]},Bia", [])
-        first = await dispatch_async(
-            "send", "basic", "--text", "hi", "-i", named, "-o", tmp_path / "a.jsonl",
-            "--number-column", "phone", env=env,
-        )  # fmt: skip
-        second = await dispatch_async(
-            "send", "basic", "--text", "hi", "-i", bare, "-o", tmp_path / "b.jsonl",
-            "--columns", "number,name", env=env,
-        )  # fmt: skip
-        assert (first.code, second.code) == (0, 0), first.stderr + second.stderr
-        assert sorted(by_line(tmp_path / "b.jsonl")) == [1]
-        assert server.stats.received == Counter(numbers(3))
-
-    async def test_malformed_rows_are_recorded_invalid_by_line_and_never_sent(
-        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
-    ) -> None:
-        good = numbers(3)
-        source = tmp_path / "contacts.jsonl"
-        source.write_text(
-            "\n".join(
-                [
-                    json.dumps({"number": good[0], "vars": {"name": "Ana"}}),
-                    "{not json",
-                    json.dumps({"vars": {"name": "no number"}}),
-                    json.dumps({"number": good[1], "vars": {"age": 30}}),
-                    "",
-                    json.dumps({"number": good[2]}),
-                    json.dumps(["+5511999999999"]),
-                ]
-            )
-            + "\n",
-            encoding="utf-8",
-        )
-        out = tmp_path / "results.jsonl"
-        run = await dispatch_async(
-            "send", "basic", "--text", "hi", "-i", source, "-o", out, env=env
-        )
-        assert run.code == 0, run.stderr
-        found = by_line(out)
-        assert sorted(found) == [1, 2, 3, 4, 6, 7]
-        for line in (2, 3, 4, 7):
-            assert found[line]["outcome"] == "invalid"
-            assert found[line]["reason"] == "malformed input row"
-            assert f"line {line}: malformed input row" in run.stderr
-        assert found[4]["detail"] == "vars['age'] must be a string, not a number"
-        assert server.stats.received == Counter([good[0], good[2]])
-
-    async def test_a_csv_row_with_the_wrong_number_of_fields_is_malformed(
-        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
-    ) -> None:
-        good = numbers(2)
-        source = write_csv(
-            tmp_path / "c.csv",
-            "number,name",
-            [f"{good[0]},Ana", "+5511900000009,Bia,extra", f"{good[1]},Caio"],
-        )
-        out = tmp_path / "results.jsonl"
-        run = await dispatch_async(
-            "send", "basic", "--text", "hi", "-i", source, "-o", out, env=env
-        )
-        assert run.code == 0, run.stderr
-        assert by_line(out)[3]["detail"] == "expected 2 fields, found 3"
-        assert server.stats.received == Counter(good)
-
-
-class TestJsonlRowProblems:
-    """In-process: each JSONL line that cannot be a recipient says why, in its record."""
-
-    def problems(self, tmp_path: Path, *lines: str) -> list[str | None]:
-        source = tmp_path / "rows.jsonl"
-        source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        rows = open_rows(str(source))
-        try:
-            return [row.problem for row in rows]
-        finally:
-            rows.close()
-
-    def test_each_wrong_field_is_named_with_the_json_kind_found(self, tmp_path: Path) -> None:
-        assert self.problems(
-            tmp_path,
-            '{"number": "  "}',
-            '{"number": "+5511987654321", "name": "Ana"}',
-            '{"number": "+5511987654321", "vars": ["Ana"]}',
-            '{"number": "+5511987654321", "vars": {"name": null}}',
-            '{"number": "+5511987654321", "vars": {"name": true}}',
-            '{"number": "+5511987654321", "vars": {"name": {"first": "Ana"}}}',
-            '{"number": 5511987654321}',
-            '"+5511987654321"',
-            '{"number": "+5511987654321", "vars": null}',
-        ) == [
-            "'number' is empty",
-            "unknown field 'name': a row has number and vars",
-            "'vars' must be an object, not an array",
-            "vars['name'] must be a string, not null",
-            "vars['name'] must be a string, not a boolean",
-            "vars['name'] must be a string, not an object",
-            "'number' must be a string, not a number",
-            "expected a JSON object, found a string",
-            None,
-        ]
-
-    def test_stdin_is_left_open_when_its_header_is_refused(
-        self, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        stdin = io.TextIOWrapper(io.BytesIO(b"name,phone\nAna,+5511987654321\n"))
-        monkeypatch.setattr(sys, "stdin", stdin)
-        with pytest.raises(InputProblem, match="number"):
-            open_rows("-", "csv")
-        assert not stdin.buffer.closed
-
-
-class TestLineCountsOfWhatIsNotAFile:
-    """In-process: the progress total and the bound on line numbers a path allows."""
-
-    def test_a_missing_path_has_no_line_count_and_the_bound_of_a_pipe(self, tmp_path: Path) -> None:
-        missing = str(tmp_path / "gone.csv")
-        assert not is_regular_file(missing)
-        assert count_lines(missing) is None
-        assert line_bound(missing) == line_bound("-") > 10**8
-
-    def test_a_regular_file_that_fails_to_read_has_no_line_count(self) -> None:
-        # /proc/self/mem is a regular file whose read at offset 0 fails (EIO).
-        assert is_regular_file("/proc/self/mem")
-        assert count_lines("/proc/self/mem") is None
-
-    def test_a_file_counts_its_last_line_without_a_newline(self, tmp_path: Path) -> None:
-        source = tmp_path / "c.csv"
-        source.write_bytes(b"number\n+5511987654321\n+5511987654322")
-        assert count_lines(str(source)) == 3
-        assert line_bound(str(source)) == source.stat().st_size + 1
 
 
 # -- what goes on the wire ----------------------------------------------------------
@@ -609,144 +404,6 @@ def _drain(fd: int) -> str:
             break
         chunks.append(chunk)
     return b"".join(chunks).decode(errors="replace")
-
-
-def _row(line: int, number: str) -> Row:
-    return Row(line, number, {"number": number, "vars": {}})
-
-
-def _failed(number: str, position: int, error: da.DispatchError) -> da.FailedRecipient:
-    return da.FailedRecipient(da.Recipient(number), error, bool(error.maybe_sent), position)
-
-
-class TestRecordsOfAPart:
-    """In-process: ``part_records`` turns one chunk's result into one record per row."""
-
-    def test_a_number_on_several_rows_is_matched_to_its_rows_in_input_order(self) -> None:
-        one, two = numbers(2)
-        rows = [_row(2, one), _row(3, two), _row(4, one), _row(5, one)]
-        part = da.DispatchResult(
-            range(4),
-            valid=[da.ValidMessage("id-a", one, 0), da.ValidMessage("id-b", one, 2)],
-            invalid=[da.InvalidMessage(two, "blocked", 1)],
-            failed=[_failed(one, 3, da.TransportError("reset", maybe_sent=False))],
-        )
-        found, counts = part_records(rows, part)
-        by = {r["line"]: r for r in map(json.loads, found)}
-        assert (by[2]["id"], by[4]["id"]) == ("id-a", "id-b")
-        assert by[3] == {"line": 3, "number": two, "outcome": "invalid", "reason": "blocked"}
-        assert by[5] == {
-            "line": 5, "number": one, "outcome": "not_sent",
-            "error": "reset", "error_type": "TransportError",
-        }  # fmt: skip
-        assert counts == Counter(sent=2, invalid=1, not_sent=1)
-
-    def test_outcomes_as_plain_lists_give_the_records_the_columns_give(self) -> None:
-        one, two = numbers(2)
-        rows = [_row(7, one), _row(9, two)]
-        columns = da.DispatchResult(
-            range(2),
-            valid=valid_messages(["id-a"], [one], [0]),
-            invalid=invalid_messages([two], ["blocked"], [1]),
-        )
-        lists = attrs.evolve(columns, valid=list(columns.valid), invalid=list(columns.invalid))
-        assert part_records(rows, lists) == part_records(rows, columns)
-        assert part_records(rows, columns)[1] == Counter(sent=1, invalid=1)
-
-    def test_a_row_the_result_does_not_mention_is_maybe_sent_and_a_stranger_is_dropped(
-        self,
-    ) -> None:
-        one, two, stranger = numbers(3)
-        rows = [_row(2, one), _row(3, two)]
-        accepted = valid_messages(["id-a", "id-x"], [one, stranger], [0, 1])
-        parts = [
-            da.DispatchResult(range(2), valid=accepted),
-            da.DispatchResult(
-                range(2),
-                valid=accepted,
-                invalid=invalid_messages([stranger], ["blocked"], [1]),
-            ),
-            da.DispatchResult(
-                range(2),
-                valid=accepted,
-                failed=[_failed(stranger, 1, da.TransportError("reset", maybe_sent=False))],
-            ),
-        ]
-        for part in parts:
-            found, counts = part_records(rows, part, since="2026-11-27T16:00:00+00:00")
-            by = {r["line"]: r for r in map(json.loads, found)}
-            assert sorted(by) == [2, 3]
-            assert by[2]["id"] == "id-a"
-            assert by[3] == {
-                "line": 3, "number": two, "outcome": "maybe_sent",
-                "error": "the SDK gave no outcome for this row", "error_type": "Interrupted",
-                "since": "2026-11-27T16:00:00+00:00",
-            }  # fmt: skip
-            assert counts == Counter(sent=1, maybe_sent=1)
-
-    def test_a_failure_is_named_by_its_error_unless_explained_and_reported_when_asked(
-        self,
-    ) -> None:
-        (one,) = numbers(1)
-        part = da.DispatchResult(
-            range(1), failed=[_failed(one, 0, da.TransportError("reset", maybe_sent=True))]
-        )
-        [plain], _ = part_records([_row(2, one)], part)
-        assert json.loads(plain)["error"] == "reset"
-        assert json.loads(plain)["error_type"] == "TransportError"
-        failures: list[tuple[int, bool, str, str]] = []
-        [told], counts = part_records(
-            [_row(2, one)], part, lambda e: ("the line dropped", "Dropped"), failures=failures
-        )
-        assert json.loads(told)["error"] == "the line dropped"
-        assert failures == [(2, True, "the line dropped", "Dropped")]
-        assert counts == Counter(maybe_sent=1)
-
-
-class _NoSizeTerminal(io.StringIO):
-    """A stream that says it is a terminal but has no file descriptor to size."""
-
-    def isatty(self) -> bool:
-        return True
-
-
-class TestProgressInProcess:
-    """In-process: the progress display and the summary, on a stream the test reads."""
-
-    def test_a_terminal_that_cannot_be_sized_gets_plain_lines_without_a_total(self) -> None:
-        stream = _NoSizeTerminal()
-        status = Counter(sent=2, invalid=1)
-        progress = make_progress(
-            quiet=False, total=None, initial=0, every=0, stream=stream, status=lambda: status
-        )
-        progress.advance(3)
-        progress.close()
-        assert stream.getvalue().startswith("progress: 3 lines: 2 sent, 1 invalid, 0 failed; ")
-
-    def test_quiet_shows_notes_and_no_progress(self) -> None:
-        stream = io.StringIO()
-        progress = make_progress(
-            quiet=True, total=10, initial=0, every=0, stream=stream, status=Counter
-        )
-        progress.advance(5)
-        progress.note("retrying chunk 3")
-        progress.close()
-        assert stream.getvalue() == "retrying chunk 3\n"
-
-    def test_a_bar_whose_total_counted_blank_lines_ends_at_the_lines_recorded(self) -> None:
-        stream = io.StringIO()
-        bar = _Bar(10, 0, stream, Counter)
-        bar.advance(7)
-        bar.close()
-        assert "100%|##########| 7.00/7.00 " in stream.getvalue().rsplit("\r", 1)[-1]
-
-    def test_the_summary_names_numbers_the_service_made_up_and_no_results_without_o(
-        self,
-    ) -> None:
-        tally = Tally(outcomes=Counter(sent=3), unexpected=1, started=0.0, ended=1.0)
-        summary = render_summary("dispatch-async send", tally, kept=None, output=None)
-        assert "  the service named 1 number that were not sent" in summary.splitlines()
-        assert "results:" not in summary
 
 
 # -- exit codes and errors ---------------------------------------------------------
@@ -1150,21 +807,6 @@ class TestFailuresAreToldByCause:
         assert f"    5 not_sent: {said} (lines 2-6)" in run.stderr
         assert {record["error"] for record in records(out)} == {said}
         assert strict.stats.dispatch_calls == 0
-
-
-class TestCausesInWords:
-    """In-process: the words the failure report is made of."""
-
-    def test_lines_are_told_as_ranges_and_past_the_most_only_counted(self) -> None:
-        lines = [2, 3, 4, 1002, 7, 9, 10]
-        assert line_ranges(lines) == "2-4, 7, 9-10, 1,002"
-        assert line_ranges(lines, most=2) == "2-4, 7, and 2 more ranges"
-
-    def test_what_the_service_said_is_its_message_else_the_start_of_its_body(self) -> None:
-        assert said('{"message": "template not found", "code": 7}') == "template not found"
-        assert said("<html>\n  Bad   Gateway\n</html>") == "<html> Bad Gateway </html>"
-        assert said('{"error": "x"}') == '{"error": "x"}'
-        assert said("x" * 500) == "x" * 300
 
 
 # -- dry run -----------------------------------------------------------------------
