@@ -1,9 +1,9 @@
 """The ``dispatch-async`` command line: argument parsing only (click), each option once.
 
-The jobs themselves are in ``send``, ``plan``, ``demo`` and the wings (``job``, ``queued``); the
-queue's ``worker`` and ``report`` commands in ``queue_commands``. Exit
-codes: 0 every recipient sent or validly rejected, 1 some recipients failed (or the job
-was stopped before the end), 2 a usage or configuration error.
+The jobs themselves are in the wings below: ``job`` (send, plan, export), ``queued`` (the
+queue's producer and workers); ``demo`` here. The queue's ``worker`` and ``report`` commands
+are in ``queue_commands``. Exit codes: 0 every recipient sent or validly rejected, 1 some
+recipients failed (or the job was stopped before the end), 2 a usage or configuration error.
 """
 
 from __future__ import annotations
