@@ -125,11 +125,7 @@ def compat(session: nox.Session) -> None:
 #: What `compat` leaves to the oldest Python's full run.
 COMPAT_LEFT_OUT = (
     "fleet",
-    "test_cli.py",
-    "test_cli_hostile.py",
-    "test_cli_callbacks.py",
-    "test_brazilian_workflow.py",
-    "test_spreadsheets.py",
+    "cli",
     "test_callbacks_sigkill.py",
     "test_crash_points.py",
     "test_docs_examples.py",

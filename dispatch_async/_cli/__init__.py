@@ -3,6 +3,9 @@
 A layer above the SDK: it uses only the public names of ``dispatch_async`` (and of
 ``dispatch_async.testing``), and nothing in the SDK imports it. Click is the ``[cli]``
 extra: without it, ``main`` says what to install instead of failing with a traceback.
+
+The commands are at this package's top; below them four wings, imported one way (down):
+``queued`` -> ``job`` -> ``reading``, and ``screen`` by all (docs/guides/contributing.md).
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ from dispatch_async.callbacks import (
     SQLiteDeliveryStore,
 )
 
+from .job.reconcile import reconcile as reconcile_results
 from .options import prefix_option
-from .reconcile import reconcile as reconcile_results
-from .spec import Problem
+from .screen.problem import Problem
 
 __all__ = ["callbacks"]
 

@@ -1,9 +1,9 @@
 """The ``dispatch-async`` command line: argument parsing only (click), each option once.
 
-The jobs themselves are in ``send``, ``plan``, ``demo``, ``queue`` and ``worker``; the
-queue's ``worker`` and ``report`` commands in ``queue_commands``. Exit
-codes: 0 every recipient sent or validly rejected, 1 some recipients failed (or the job
-was stopped before the end), 2 a usage or configuration error.
+The jobs themselves are in the wings below: ``job`` (send, plan, export), ``queued`` (the
+queue's producer and workers); ``demo`` here. The queue's ``worker`` and ``report`` commands
+are in ``queue_commands``. Exit codes: 0 every recipient sent or validly rejected, 1 some
+recipients failed (or the job was stopped before the end), 2 a usage or configuration error.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ import dispatch_async as da
 import dispatch_async.testing
 
 from .callbacks import callbacks
-from .columns import var_pairs
 from .exits import exit_with, failure
-from .input import Format
+from .job.plan import run_plan
+from .job.resume import job_options, resumed, stored_job
+from .job.send import run_send
+from .job.spec import Display, InputSpec, JobSpec, SendSettings, Target
 from .options import (
     connection,
     export_options,
@@ -33,19 +35,11 @@ from .options import (
     send_options,
     verbose_option,
 )
-from .plan import run_plan
 from .queue_commands import report, worker
-from .resume import job_options, resumed, stored_job
-from .send import run_send
+from .reading.columns import var_pairs
+from .reading.input import Format
+from .screen.problem import Problem
 from .serve import serve_command
-from .spec import (
-    Display,
-    InputSpec,
-    JobSpec,
-    Problem,
-    SendSettings,
-    Target,
-)
 
 __all__ = ["cli"]
 
@@ -197,7 +191,7 @@ def export(
     with the input's header, separator, columns and encoding:
     `export results.jsonl -o retry.csv`, then `send ... -i retry.csv -o retry-results.jsonl`.
     """
-    from .export import ExportSpec, correction, run_export
+    from .job.export import ExportSpec, correction, run_export
 
     if (wrong := correction(results, input_path, output)) is not None:
         raise click.UsageError(wrong)
@@ -283,7 +277,7 @@ _NOT_QUEUED = (
 
 
 def _enqueue(target: Target, options: dict[str, Any]) -> NoReturn:
-    from .report import run_enqueue
+    from .queued.report import run_enqueue
 
     if not options["job"]:
         raise click.UsageError("--queue needs --job ID (the same ID continues the job)")

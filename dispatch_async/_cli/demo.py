@@ -18,9 +18,9 @@ from pathlib import Path
 from dispatch_async.callbacks import CallbackServer, DeliveryStatus
 from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
 
-from .send import run_send
-from .spec import DEFAULTS, Connection, Display, InputSpec, JobSpec, Target
-from .words import counted
+from .job.send import run_send
+from .job.spec import DEFAULTS, Connection, Display, InputSpec, JobSpec, Target
+from .screen.words import counted
 
 __all__ = ["run_demo"]
 

@@ -7,7 +7,7 @@ from typing import NoReturn
 
 import click
 
-from .spec import Problem
+from .screen.problem import Problem
 
 __all__ = ["exit_with", "failure"]
 

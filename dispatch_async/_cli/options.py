@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
-from .columns import parse_vars
-from .csv_input import DELIMITERS
-from .encoding import ENCODINGS
-from .spec import DEFAULTS, Connection
+from .job.spec import DEFAULTS, Connection
+from .reading.columns import parse_vars
+from .reading.csv import DELIMITERS
+from .reading.encoding import ENCODINGS
 
 __all__ = [
     "connection",

@@ -77,7 +77,7 @@ def worker(
     Start as many as you like, on any host that reaches the Redis: they share one token
     and, with --rate, one request rate.
     """
-    from .worker import WorkerConfig, run_queue_worker
+    from .queued.worker import WorkerConfig, run_queue_worker
 
     config = WorkerConfig(
         queue_url=queue,
@@ -106,7 +106,7 @@ def worker(
 )
 def report(queue: str, key_prefix: str, job: str, output: Path | None) -> None:
     """Sum up a queued job; exit 0 only when it is finished with no failed line."""
-    from .report import run_queue_report
+    from .queued.report import run_queue_report
 
     exit_with(
         lambda: asyncio.run(

@@ -23,11 +23,12 @@ import pytest
 import redis.exceptions as redis_exceptions
 
 from dispatch_async._adaptive import RateState
-from dispatch_async._cli.producer import Produced, enqueue
-from dispatch_async._cli.queue import JobKeys, connect, connected, ensure_group
-from dispatch_async._cli.report import report, run_enqueue
-from dispatch_async._cli.spec import Connection, InputSpec, Problem, Target
-from dispatch_async._cli.worker import Worker, WorkerConfig, run_queue_worker, run_worker
+from dispatch_async._cli.job.spec import Connection, InputSpec, Target
+from dispatch_async._cli.queued.chunks import JobKeys, connect, connected, ensure_group
+from dispatch_async._cli.queued.producer import Produced, enqueue
+from dispatch_async._cli.queued.report import report, run_enqueue
+from dispatch_async._cli.queued.worker import Worker, WorkerConfig, run_queue_worker, run_worker
+from dispatch_async._cli.screen.problem import Problem
 from dispatch_async.testing import FakeDispatchServer
 from tests.conftest import HANG
 from tests.fleet.conftest import free_port

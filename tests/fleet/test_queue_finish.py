@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from dispatch_async._cli.queue import GROUP, JobKeys, QueueRedis, connect, finish
+from dispatch_async._cli.queued.chunks import GROUP, JobKeys, QueueRedis, connect, finish
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import redis as redis_sync
 
-from dispatch_async._cli.queue import JobKeys, connect
-from dispatch_async._cli.report import report
+from dispatch_async._cli.queued.chunks import JobKeys, connect
+from dispatch_async._cli.queued.report import report
 from dispatch_async.testing import FakeDispatchServer
 from tests.fleet.conftest import _answers_ping, answer_to_ping, free_port
 from tests.fleet.test_queue import (

@@ -22,13 +22,14 @@ import pytest
 import redis.asyncio
 import redis.exceptions
 
-from dispatch_async._cli import consumer as consumer_module
-from dispatch_async._cli.consumer import Consumer, Entry
-from dispatch_async._cli.queue import JobKeys, connect, ensure_group, stream_name
-from dispatch_async._cli.report import report
-from dispatch_async._cli.spec import Connection, Problem
-from dispatch_async._cli.waiting import wait_until_done
-from dispatch_async._cli.worker import Worker, WorkerConfig, run_queue_worker
+from dispatch_async._cli.job.spec import Connection
+from dispatch_async._cli.queued import consumer as consumer_module
+from dispatch_async._cli.queued.chunks import JobKeys, connect, ensure_group, stream_name
+from dispatch_async._cli.queued.consumer import Consumer, Entry
+from dispatch_async._cli.queued.report import report
+from dispatch_async._cli.queued.waiting import wait_until_done
+from dispatch_async._cli.queued.worker import Worker, WorkerConfig, run_queue_worker
+from dispatch_async._cli.screen.problem import Problem
 from dispatch_async.testing import FakeDispatchServer
 from tests.fleet.conftest import redis_user, user_of
 from tests.fleet.test_queue import (

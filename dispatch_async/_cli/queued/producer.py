@@ -1,0 +1,164 @@
+"""The producer of a queued job: the input split into chunks, each stored and queued once
+(see ``chunks`` for the keys)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import orjson
+
+import dispatch_async as da
+
+from ..job.spec import InputSpec, Target
+from ..reading.input import Row
+from ..screen.problem import Problem
+from .chunks import (
+    DEFAULT_TTL,
+    JobKeys,
+    QueueRedis,
+    check_job_id,
+    check_prefix,
+    dump_rows,
+    ensure_group,
+)
+
+__all__ = ["Produced", "enqueue"]
+
+
+@attrs.frozen
+class Produced:
+    """What one producer run did: chunks enqueued now, and chunks already done."""
+
+    job: str
+    chunks: int
+    lines: int
+    enqueued: int
+    known: int
+
+
+async def enqueue(
+    redis: QueueRedis,
+    *,
+    job: str,
+    target: Target,
+    account: str | None,
+    input_spec: InputSpec,
+    chunk_size: int,
+    key_prefix: str = da.DEFAULT_KEY_PREFIX,
+    ttl: int = DEFAULT_TTL,
+) -> Produced:
+    """Split the input into chunks of *chunk_size* rows, store and enqueue each once.
+
+    Running it again for the same job (after a crash, or by mistake) stores and enqueues
+    nothing that is already there: a done chunk is left alone, and so is a chunk whose
+    entry is still in the stream; a pending or in-flight chunk without one (its entry
+    was released without a record, e.g. its rows were lost) is enqueued again (a chunk
+    found in flight is never sent again, only recorded maybe_sent).
+
+    Raises:
+        Problem: the input cannot be read, or the job exists with other settings or input.
+    """
+    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
+    settings = {
+        "target": orjson.dumps(attrs.asdict(target)),
+        "account": account or "",
+        "chunk_size": str(chunk_size),
+    }
+    await _claim_job(redis, keys, settings, ttl)
+    await ensure_group(redis, keys.stream)
+    rows = input_spec.open()
+    chunks = lines = enqueued = known = 0
+    try:
+        iterator = iter(rows)
+        while chunk := await asyncio.to_thread(_take, iterator, chunk_size):
+            lines += len(chunk)
+            stored = await _store_chunk(redis, keys, chunks, chunk, ttl)
+            if stored is None:
+                known += 1
+            elif stored:
+                enqueued += 1
+            chunks += 1
+    finally:
+        rows.close()
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.meta, mapping={"chunks": chunks, "lines": lines})
+        for key in (keys.meta, keys.state, keys.digest, keys.owner, keys.queued):
+            pipe.expire(key, ttl)
+        await pipe.execute()
+    return Produced(keys.job, chunks, lines, enqueued, known)
+
+
+def _take(rows: Iterator[Row], size: int) -> list[Row]:
+    chunk = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            break
+    return chunk
+
+
+async def _claim_job(redis: QueueRedis, keys: JobKeys, settings: dict[str, Any], ttl: int) -> None:
+    async with redis.pipeline(transaction=True) as pipe:
+        for field, value in settings.items():
+            pipe.hsetnx(keys.meta, field, value)
+        pipe.hmget(keys.meta, list(settings))
+        pipe.hsetnx(keys.meta, "created", str(time.time()))
+        pipe.expire(keys.meta, ttl)
+        stored = (await pipe.execute())[len(settings)]
+    for (field, value), found in zip(settings.items(), stored, strict=True):
+        wanted = value if isinstance(value, bytes) else value.encode()
+        if found != wanted:
+            raise Problem(
+                f"job {keys.job!r} already exists with another {field.replace('_', ' ')}: "
+                "use the same command to continue it, or another --job"
+            )
+
+
+#: Store chunk ARGV[1] (rows ARGV[2], CRC ARGV[3], TTL ARGV[4]) of job ARGV[5] as pending
+#: and queue it, unless it is done or queued; a chunk in flight whose entry was released
+#: (its rows were gone) is queued again, so that it is recorded maybe_sent instead of
+#: staying in flight forever, its rows stored again if lost (they name its lines). A
+#: script, not WATCH/MULTI: every worker writes the state hash, and a watched producer
+#: was retried so often that it, not the workers, set the pace of a 20-worker fleet.
+_STORE = """
+local stored = redis.call('HGET', KEYS[2], ARGV[1])
+if stored and stored ~= ARGV[3] then return 'differs' end
+local state = redis.call('HGET', KEYS[1], ARGV[1])
+if state == 'done' then return 'done' end
+if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return 'queued' end
+if state == 'in_flight' then
+    redis.call('SET', KEYS[4], ARGV[2], 'EX', ARGV[4], 'NX')
+else
+    redis.call('SET', KEYS[4], ARGV[2], 'EX', ARGV[4])
+    redis.call('HSET', KEYS[1], ARGV[1], 'pending')
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+end
+redis.call('XADD', KEYS[5], '*', 'job', ARGV[5], 'chunk', ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], 1)
+return 'queued now'
+"""
+
+
+async def _store_chunk(
+    redis: QueueRedis, keys: JobKeys, index: int, chunk: list[Row], ttl: int
+) -> bool | None:
+    """Store a chunk as pending and queue it, unless it is there: None if it is done,
+    False if its entry is still in the stream, True if it was queued now."""
+    payload = dump_rows(chunk)
+    script = redis.register_script(_STORE)
+    answer = await script(
+        keys=[keys.state, keys.digest, keys.queued, keys.rows(index), keys.stream],
+        args=[str(index), payload, str(zlib.crc32(payload)), ttl, keys.job],
+    )
+    if answer == b"differs":
+        raise Problem(
+            f"chunk {index} of job {keys.job!r} (input lines "
+            f"{chunk[0].line}-{chunk[-1].line}) differs from what was enqueued: "
+            "continue a job with the same input file"
+        )
+    return None if answer == b"done" else answer == b"queued now"
