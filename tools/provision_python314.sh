@@ -87,6 +87,8 @@ patchelf=("$loader" --library-path "$libs" "$folder/usr/bin/patchelf")
 # ensurepip takes pip from the folder the build names; its wheel is unpacked here instead.
 sed -i "s|'WHEEL_PKG_DIR': '/usr/share/python-wheels/'|'WHEEL_PKG_DIR': '$folder/usr/share/python-wheels/'|" \
   "$folder"/usr/lib/python3.14/_sysconfigdata_*.py
+grep -qs "'WHEEL_PKG_DIR': '$folder/" "$folder"/usr/lib/python3.14/_sysconfigdata_*.py \
+  || fail "no WHEEL_PKG_DIR in python3.14's sysconfig data to point at the unpacked pip wheel"
 # What else is in usr/bin would be on PATH beside python3.14: testing's openssl, which the
 # machine's loader cannot start, and patchelf, done with.
 rm -f "$folder/usr/bin/openssl" "$folder/usr/bin/patchelf"
