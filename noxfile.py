@@ -13,7 +13,7 @@ from pathlib import Path
 import nox
 
 #: Every supported Python, oldest first (pyproject's requires-python is the oldest).
-PYTHONS = ["3.11", "3.12", "3.13"]
+PYTHONS = ["3.11", "3.12", "3.13", "3.14"]
 
 # uv builds a session's environment in seconds where pip takes minutes (measured: 8 s
 # against 122 s for typecheck's); plain venv + pip where uv is not installed.
@@ -66,6 +66,18 @@ def _put_pyenv_pythons_on_path() -> None:
 
 
 _put_pyenv_pythons_on_path()
+
+
+def _put_provisioned_python_on_path() -> None:
+    """Put the ``python3.14`` that tools/provision_python314.sh makes on PATH, if it runs.
+
+    pyenv here has none: the script unpacks Debian testing's, in its default folder."""
+    folder = Path(tempfile.gettempdir()) / "dispatch-async-python3.14" / "usr" / "bin"
+    if not _runs(shutil.which("python3.14")) and _runs(str(folder / "python3.14")):
+        os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+_put_provisioned_python_on_path()
 
 
 def _install_compiled(session: nox.Session, extras: str) -> None:
@@ -197,3 +209,62 @@ def demo(session: nox.Session) -> None:
     """The demo: 100,000 recipients through the embedded simulator."""
     _install_compiled(session, "cli")
     session.run("dispatch-async", "demo", *session.posargs)
+
+
+@nox.session(python=PYTHONS[-1])
+def release(session: nox.Session) -> None:
+    """What a stranger installs: the sdist and the wheel built from it, `twine check`ed,
+    then the wheel (not the clone) installed with pip into a fresh environment on the
+    oldest and the newest supported Python, where the README's quick start and
+    `dispatch-async demo` run from a folder outside the clone. The wheel's version,
+    `dispatch_async.__version__` and `dispatch-async --version` must agree."""
+    session.install("build[uv]>=1.2", "twine>=6.1")
+    dist = Path(session.create_tmp()).resolve() / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--installer", "uv", "--outdir", str(dist))
+    session.run("twine", "check", "--strict", *sorted(str(path) for path in dist.iterdir()))
+    (wheel,) = dist.glob("*.whl")
+    code, summary = _readme_quick_start()
+    with tempfile.TemporaryDirectory(prefix="dispatch-async-release-") as outside:
+        Path(outside, "quickstart.py").write_text(code, encoding="utf-8")
+        with session.chdir(outside):  # nothing of the clone is importable from here
+            for python in (PYTHONS[0], PYTHONS[-1]):
+                _try_the_wheel(session, wheel, Path(outside, f"venv-{python}"), python, summary)
+
+
+def _try_the_wheel(
+    session: nox.Session, wheel: Path, venv: Path, python: str, summary: str
+) -> None:
+    """Install *wheel* with pip into a new *venv* on *python*, and run what a reader would."""
+    interpreter = shutil.which(f"python{python}")
+    if interpreter is None or not _runs(interpreter):
+        session.error(f"python{python} not found: the release is tried on it")
+    session.run(interpreter, "-m", "venv", str(venv), external=True)
+    bin_dir = venv / "bin"
+    quiet = ["-q", "--disable-pip-version-check"]
+    session.run(bin_dir / "python", "-m", "pip", "install", *quiet, f"{wheel}[cli]", external=True)
+    version = wheel.name.split("-")[1]
+    where = venv / "lib" / f"python{python}" / "site-packages" / "dispatch_async" / "__init__.py"
+    show = "import dispatch_async as d; print(d.__version__, d.__file__)"
+    _expect(session, [bin_dir / "python", "-c", show], f"{version} {where}")
+    _expect(
+        session, [bin_dir / "dispatch-async", "--version"], f"dispatch-async, version {version}"
+    )
+    _expect(session, [bin_dir / "python", "quickstart.py"], summary)
+    demo_files = {"TMPDIR": str(venv.parent)}  # not the session's, in the clone
+    session.run(bin_dir / "dispatch-async", "demo", "--quiet", env=demo_files, external=True)
+
+
+def _expect(session: nox.Session, command: list[str | Path], first_line: str) -> None:
+    """Run *command*; the first line it prints must be *first_line*."""
+    output = session.run(*command, external=True, silent=True) or ""
+    if output.splitlines()[:1] != [first_line]:
+        session.error(f"{command} printed {output!r}, not {first_line!r} first")
+
+
+def _readme_quick_start() -> tuple[str, str]:
+    """The README's quick start: its python block, and the first line of the output shown."""
+    readme = Path("README.md").read_text(encoding="utf-8")
+    snippet = readme.split("[start:quickstart] -->", 1)[1].split("[end:quickstart]", 1)[0]
+    code, output = re.findall(r"```(?:python|text)\n(.*?)```", snippet, flags=re.DOTALL)
+    return code, output.splitlines()[0]
