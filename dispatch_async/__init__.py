@@ -31,6 +31,8 @@ from ._exceptions import (
     MissingFromResponseError,
     RateLimitedError,
     RedirectError,
+    RedisConfigurationError,
+    RedisUnavailableError,
     RequestTimeoutError,
     ResponseTooLargeError,
     ServerStatusError,
@@ -41,7 +43,14 @@ from ._exceptions import (
     TransportError,
     UnauthorizedError,
 )
-from ._fleet import DEFAULT_KEY_PREFIX, RedisRateLimiter, RedisTokenStore
+from ._fleet import (
+    DEFAULT_KEY_PREFIX,
+    RedisConnection,
+    RedisRateLimiter,
+    RedisTokenStore,
+    SentinelAddress,
+    parse_sentinel_url,
+)
 from ._models import (
     DispatchResult,
     FailedRecipient,
@@ -97,11 +106,15 @@ __all__ = [
     "RateLimitedError",
     "Recipient",
     "RedirectError",
+    "RedisConfigurationError",
+    "RedisConnection",
     "RedisRateLimiter",
     "RedisTokenStore",
+    "RedisUnavailableError",
     "RequestTimeoutError",
     "ResponseTooLargeError",
     "RetryPolicy",
+    "SentinelAddress",
     "ServerStatusError",
     "ServiceUnavailableError",
     "SessionClosedError",
@@ -114,6 +127,7 @@ __all__ = [
     "__version__",
     "basic_text_warning",
     "on_stop_signals",
+    "parse_sentinel_url",
     "plan",
     "to_e164",
 ]

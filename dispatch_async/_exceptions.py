@@ -6,12 +6,16 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     ├── InputError (also ValueError)            bad arguments, found before anything is sent
     │   ├── InvalidRecipientError               a malformed recipient, with its position
     │   └── ConfigurationError                  a bad base URL, setting or environment variable
+    │       └── RedisConfigurationError         the fleet's Redis answered that a setting is
+    │                                           wrong (a Cluster not detected, a replica, an ACL)
     ├── SessionClosedError (also RuntimeError)  the session is not open
     ├── EventLoopError (also RuntimeError)      used from an event loop it was not opened on
     ├── AuthenticationError                     the secret was rejected: retrying cannot help
     ├── TransportError                          the request did not complete
     │   ├── ConnectError                        never reached the service (maybe_sent=False)
-    │   │   └── TokenUnavailableError           no access token could be had: the job stops
+    │   │   ├── TokenUnavailableError           no access token could be had: the job stops
+    │   │   └── RedisUnavailableError           the fleet's Redis stayed unreachable for longer
+    │   │                                       than a request may wait for it
     │   ├── ConnectionLostError                 dropped after the request was written
     │   ├── RequestTimeoutError (also TimeoutError)
     │   └── ResponseTooLargeError
@@ -73,6 +77,8 @@ __all__ = [
     "MalformedResponseError",
     "MissingFromResponseError",
     "RateLimitedError",
+    "RedisConfigurationError",
+    "RedisUnavailableError",
     "RedirectError",
     "RequestTimeoutError",
     "ResponseTooLargeError",
@@ -131,6 +137,15 @@ class ConfigurationError(InputError):
     """A session setting (base URL, secret, environment variable) is unusable."""
 
 
+class RedisConfigurationError(ConfigurationError):
+    """Redis answered that the fleet's settings are wrong: waiting cannot help.
+
+    A ``MOVED``/``ASK``/``CROSSSLOT`` (a Redis Cluster used as one Redis), ``READONLY`` (a
+    replica), ``NOPERM`` (the ACL), ``NOSCRIPT`` (a proxy that does not keep scripts). The
+    message says which, and what to change.
+    """
+
+
 class SessionClosedError(DispatchError, RuntimeError):
     """The session was used before ``async with`` / after ``close()``."""
 
@@ -158,6 +173,13 @@ class TokenUnavailableError(ConnectError):
 
     Nothing was sent for want of a token, and a job stops here; unlike
     ``AuthenticationError``, the credentials were not refused.
+    """
+
+
+class RedisUnavailableError(ConnectError):
+    """The fleet's Redis stayed unreachable for longer than a request may wait for it.
+
+    Nothing was sent: the shared rate limit could not be asked for a turn.
     """
 
 
