@@ -100,7 +100,7 @@ class RedisConnection:
                 "redis must be a Redis URL or a redis.asyncio client (Redis, RedisCluster, "
                 "or Sentinel's master_for)"
             )
-        if ssl_ca_certs is not None and not (isinstance(redis, str) and "s://" in redis[:10]):
+        if ssl_ca_certs is not None and not (isinstance(redis, str) and redis.startswith("rediss")):
             raise ConfigurationError("ssl_ca_certs is for a rediss:// URL")
         self.ssl_ca_certs = ssl_ca_certs
         self.socket_timeout = socket_timeout

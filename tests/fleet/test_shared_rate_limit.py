@@ -15,8 +15,7 @@ from dispatch_async._adaptive import Aimd
 from dispatch_async._fleet.schedule import Schedule
 from dispatch_async.testing import FakeDispatchServer
 from tests.conftest import SECRET, numbers, session_for
-from tests.fleet.conftest import free_port, redis_user, user_of
-from tests.fleet.test_queue import until
+from tests.fleet.conftest import free_port, redis_user
 
 
 async def test_limiters_sharing_a_prefix_share_one_budget(redis_server: str, prefix: str) -> None:
