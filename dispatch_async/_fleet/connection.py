@@ -210,7 +210,7 @@ class RedisConnection:
         if address.ssl_ca_certs is not None:
             tls["ssl_ca_certs"] = address.ssl_ca_certs
         options = {**options, **tls}
-        self._sentinel = redis.asyncio.sentinel.Sentinel(
+        self._sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
             list(address.sentinels), sentinel_kwargs=options, **options
         )
         return self._sentinel.master_for(
@@ -254,7 +254,7 @@ def _describe_client(client: Any) -> str:
     kwargs = getattr(pool, "connection_kwargs", {}) if pool is not None else {}
     if "host" in kwargs:
         return f"{kind}(redis://{kwargs['host']}:{kwargs.get('port', 6379)})"
-    if getattr(pool, "service_name", None):
+    if pool is not None and getattr(pool, "service_name", None):
         return f"{kind}(sentinel service {pool.service_name})"
     nodes = getattr(client, "startup_nodes", None) or []
     if nodes:

@@ -57,7 +57,8 @@ class RedisRateLimiter:
             fleet (a rate read from Redis is used within this and the 0.1/s floor).
         key_prefix: every key starts with it; processes with the same prefix share the limit.
         on_redis_error: ``"closed"`` (default): while Redis is unreachable, wait and try
-            again, sending nothing, for *max_redis_wait* seconds at most; ``"open"``: fall back to a per-process limit of
+            again, sending nothing, for *max_redis_wait* seconds at most; ``"open"``: fall
+            back to a per-process limit of
             *local_requests_per_second* (default: the fleet rate, so a fleet of N
             processes may then send up to N times the rate; with ``"auto"``, the rate
             last learned).

@@ -2,8 +2,9 @@
 
 Every key starts with the caller's prefix (the rules of the token store: restrict the
 Redis user to ``~<prefix>*``; on a Redis Cluster the prefix is braced, ``{<prefix>}``, so
-every key is in one hash slot: a batch's script touches many of them). Per message ``<prefix>cb:m:<reference>`` (a hash: status,
-rank, channel, number, campaign, first and last event time, event count),
+every key is in one hash slot: a batch's script touches many of them). Per message
+``<prefix>cb:m:<reference>`` (a hash: status, rank, channel, number, campaign, first and
+last event time, event count),
 ``<prefix>cb:k:<reference>`` (the keys of its events: a re-delivery is recognised) and
 ``<prefix>cb:e:<reference>`` (its events, in order); ``<prefix>cb:n:<digits>`` (the
 references of a number), ``<prefix>cb:c:=<campaign>`` (counts by status) and

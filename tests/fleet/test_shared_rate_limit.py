@@ -174,7 +174,7 @@ class TestARedisThatRefusesAndComesBack:
             limiter = da.RedisRateLimiter(url, requests_per_second=100, key_prefix=prefix)
             try:
                 async with asyncio.timeout(5):
-                    with pytest.raises(da.RedisConfigurationError, match="NOPERM|ACL"):
+                    with pytest.raises(da.RedisConfigurationError, match=r"NOPERM|ACL"):
                         await limiter.acquire()
             finally:
                 await limiter.aclose()

@@ -127,7 +127,7 @@ class TestAnswersThatSayASettingIsWrong:
         )
         store = da.RedisTokenStore(f"redis://127.0.0.1:{replica}/0", key_prefix=prefix)
         try:
-            with pytest.raises(da.RedisConfigurationError, match="replica.*primary"):
+            with pytest.raises(da.RedisConfigurationError, match=r"replica.*primary"):
                 await store.save(da_token(), 30)
         finally:
             await store.aclose()
