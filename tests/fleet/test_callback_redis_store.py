@@ -80,6 +80,16 @@ class TestRedisOwn:
             f"{prefix}cb:log",
         }
 
+    async def test_a_message_keeps_its_campaign_when_a_later_event_names_another(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        """The script is told the key of the campaign counted before (it builds no key)."""
+        ref = reference()
+        await tracker.record(event(ref, "basic", campaign="july"))
+        await tracker.record(event(ref, "READ", campaign="august"))
+        assert await tracker.counts("july") == {DeliveryStatus.READ: 1}
+        assert await tracker.counts("august") == {}
+
     async def test_two_hosts_folding_one_message_never_move_it_back(
         self, tracker: DeliveryTracker, second_tracker: DeliveryTracker
     ) -> None:
