@@ -85,6 +85,41 @@ class TestACluster:
         assert measured <= 20 * 1.1
 
 
+#: The fleet guide's ACL for the token and the rate limit, and on a Cluster what finding
+#: its nodes takes: INFO at the first connection, redis-py's CLUSTER SLOTS and COMMAND.
+FLEET_ACL = (
+    "-@all", "+get", "+set", "+pttl", "+pexpire", "+del", "+evalsha", "+eval",
+    "+script|load", "+ping", "+time",
+)  # fmt: skip
+CLUSTER_ACL = ("+info", "+cluster|slots", "+command")
+
+
+class TestACLOnACluster:
+    async def test_the_documented_acl_is_enough_on_a_cluster(
+        self, server: FakeDispatchServer, redis_cluster: Cluster, prefix: str
+    ) -> None:
+        user = f"fleet-{prefix.rstrip(':')}"
+        for port in redis_cluster.ports:
+            cli(port, "acl", "setuser", user, "reset", "on", ">s3cret", f"~{{{prefix}}}*",
+                "resetchannels", *FLEET_ACL, *CLUSTER_ACL)  # fmt: skip
+        url = redis_cluster.url.replace("redis://", f"redis://{user}:s3cret@")
+        try:
+            async with session_for(
+                server,
+                token_store=da.RedisTokenStore(url, key_prefix=prefix),
+                rate_limiter=da.RedisRateLimiter(
+                    url, requests_per_second="auto", key_prefix=prefix
+                ),
+            ) as session:
+                async with asyncio.timeout(20):
+                    result = await session.send_basic(numbers(10), text="hi", chunk_size=5)
+        finally:
+            for port in redis_cluster.ports:
+                cli(port, "acl", "deluser", user)
+        assert result.ok
+        assert server.stats.token_calls == 1
+
+
 class TestAnswersThatSayASettingIsWrong:
     async def test_a_plain_client_for_a_cluster_node_is_refused_naming_the_fix(
         self, redis_cluster: Cluster, prefix: str
