@@ -284,7 +284,7 @@ class TestTheLearnedRateWhenRedisFailsOrLags:
             assert limiter.learner is not None
             try:
                 assert await limiter.learner.refresh() == old  # read with GET
-                with pytest.raises(da.RedisConfigurationError, match="NoPermissionError.*ACL"):
+                with pytest.raises(da.RedisConfigurationError, match=r"NoPermissionError.*ACL"):
                     await limiter.learner.answered(Slot(7, held=True), 200)  # written with EVAL
             finally:
                 await limiter.aclose()

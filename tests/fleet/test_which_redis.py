@@ -12,6 +12,7 @@ import redis.asyncio
 import redis.asyncio.sentinel
 
 import dispatch_async as da
+from dispatch_async._token_store import StoredToken
 from dispatch_async.testing import FakeDispatchServer
 from tests.conftest import SECRET, numbers, session_for
 from tests.fleet._cluster import Cluster, SentinelSet, TlsRedis, cli, free_ports
@@ -41,28 +42,6 @@ def away_from(cluster: Cluster, port: int, name: str) -> str:
 
 
 class TestACluster:
-    async def test_sessions_given_a_node_url_share_one_token(
-        self, server: FakeDispatchServer, redis_cluster: Cluster, prefix: str
-    ) -> None:
-        sessions = [
-            session_for(
-                server, token_store=da.RedisTokenStore(redis_cluster.url, key_prefix=prefix)
-            )
-            for _ in range(4)
-        ]
-        try:
-            await asyncio.gather(
-                *(s.send_basic(numbers(2, start=9 * i), text="hi") for i, s in enumerate(sessions))
-            )
-        finally:
-            for s in sessions:
-                await s.close()
-        async with redis.asyncio.RedisCluster.from_url(
-            redis_cluster.url.removesuffix("/0")
-        ) as admin:
-            assert await admin.exists(f"{{{prefix}}}token") == 1  # one hash slot per prefix
-        assert server.stats.token_calls == 1
-
     @pytest.mark.parametrize("rate", [20, "auto"])
     async def test_limiters_given_a_node_url_share_one_rate(
         self, redis_cluster: Cluster, prefix: str, rate: float | str
@@ -163,7 +142,7 @@ class TestAnswersThatSayASettingIsWrong:
         store = da.RedisTokenStore(f"redis://127.0.0.1:{replica}/0", key_prefix=prefix)
         try:
             with pytest.raises(da.RedisConfigurationError, match=r"replica.*primary"):
-                await store.save(da_token(), 30)
+                await store.save(StoredToken("t0ken", time.time(), 60), 30)
         finally:
             await store.aclose()
 
@@ -178,12 +157,6 @@ class TestAnswersThatSayASettingIsWrong:
                     await limiter.acquire()
         finally:
             await limiter.aclose()
-
-
-def da_token() -> object:
-    from dispatch_async._token_store import StoredToken
-
-    return StoredToken("t0ken", time.time(), 60)
 
 
 class TestAClientYouBuilt:
