@@ -42,25 +42,22 @@ def redacted_url(url: str) -> str:
 
 @attrs.frozen
 class SentinelAddress:
-    """A primary found through Redis Sentinel: what `parse_sentinel_url` reads.
-
-    Attributes:
-        sentinels: the sentinels' (host, port) pairs, asked in turn.
-        service: the name the sentinels monitor the primary under (``sentinel monitor``).
-        db: the database number on the primary.
-        username: the primary's ACL user, or None.
-        password: the primary's password, or None (never in the repr).
-        tls: whether sentinels and primary speak TLS (``rediss+sentinel://``).
-        ssl_ca_certs: a CA file to verify their certificates with, or None (the system's).
-    """
+    """A primary found through Redis Sentinel: what `parse_sentinel_url` reads."""
 
     sentinels: tuple[tuple[str, int], ...]
+    """The sentinels' (host, port) pairs, asked in turn."""
     service: str
+    """The name the sentinels monitor the primary under (``sentinel monitor``)."""
     db: int = 0
+    """The database number on the primary."""
     username: str | None = None
+    """The primary's ACL user, or None."""
     password: str | None = attrs.field(default=None, repr=False)
+    """The primary's password, or None (never in the repr)."""
     tls: bool = False
+    """Whether sentinels and primary speak TLS (``rediss+sentinel://``)."""
     ssl_ca_certs: str | None = None
+    """A CA file to verify their certificates with, or None (the system's)."""
 
 
 def parse_sentinel_url(url: str) -> SentinelAddress:

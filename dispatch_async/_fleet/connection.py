@@ -21,7 +21,6 @@ from .errors import misconfiguration
 __all__ = [
     "CONNECT_TIMEOUT",
     "DEFAULT_KEY_PREFIX",
-    "SOCKET_TIMEOUT",
     "RedisConnection",
     "check_prefix",
     "redis_errors",
@@ -30,10 +29,9 @@ __all__ = [
 
 #: Every key the SDK writes starts with this unless told otherwise (docs/guides/fleet.md: the ACL).
 DEFAULT_KEY_PREFIX = "dispatch-async:"
-#: Seconds to connect to, and to wait for an answer from, Redis: a dead Redis must not
-#: hold a request up for long.
+#: Seconds to connect to Redis: a dead Redis must not hold a request up for long (nor
+#: answering, by default: `RedisConnection`'s ``socket_timeout``).
 CONNECT_TIMEOUT = 2.0
-SOCKET_TIMEOUT = 2.0
 
 
 def require_redis(feature: str) -> Any:
@@ -85,7 +83,7 @@ class RedisConnection:
         redis: str | Any,
         *,
         ssl_ca_certs: str | None = None,
-        socket_timeout: float = SOCKET_TIMEOUT,
+        socket_timeout: float = 2.0,
         feature: str = "the fleet",
     ) -> None:
         require_redis(feature)

@@ -33,8 +33,6 @@ log = logging.getLogger("dispatch_async")
 #: Waits between tries while Redis is unreachable and the limiter fails closed.
 CLOSED_FIRST_WAIT = 0.1
 CLOSED_MAX_WAIT = 2.0
-#: The longest a request waits for an unreachable Redis, failing closed, by default.
-MAX_REDIS_WAIT = 60.0
 
 
 class RedisRateLimiter:
@@ -83,7 +81,7 @@ class RedisRateLimiter:
         key_prefix: str = DEFAULT_KEY_PREFIX,
         on_redis_error: Literal["closed", "open"] = "closed",
         local_requests_per_second: float | None = None,
-        max_redis_wait: float = MAX_REDIS_WAIT,
+        max_redis_wait: float = 60.0,
         ssl_ca_certs: str | None = None,
     ) -> None:
         self._redis = RedisConnection(
