@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 import redis.asyncio
@@ -254,6 +255,17 @@ class TestTLS:
             da.RedisTokenStore("redis://127.0.0.1/0", ssl_ca_certs="/ca.pem")
 
 
+async def mid_send(
+    sending: asyncio.Future[da.DispatchResult], fail_over: Callable[[], object]
+) -> da.DispatchResult:
+    """*sending*'s result, *fail_over* run (in a thread) once it has begun and done before
+    it ends."""
+    await asyncio.sleep(0.2)
+    await asyncio.to_thread(fail_over)
+    assert not sending.done(), "the send ended before the failover did: nothing was tested"
+    return await sending
+
+
 class TestFailover:
     async def test_a_cluster_failover_mid_send_costs_at_most_one_token_call(
         self, server: FakeDispatchServer, redis_cluster: Cluster, prefix: str
@@ -267,11 +279,8 @@ class TestFailover:
             sending = asyncio.ensure_future(
                 session.send_basic(numbers(40), text="hi", chunk_size=1)
             )
-            await asyncio.sleep(0.2)
-            await asyncio.to_thread(
-                redis_cluster.fail_over, redis_cluster.primary_for(f"{{{prefix}}}token")
-            )
-            result = await sending
+            primary = redis_cluster.primary_for(f"{{{prefix}}}token")
+            result = await mid_send(sending, lambda: redis_cluster.fail_over(primary))
         assert result.ok
         assert server.stats.token_calls <= 2
         assert sorted(server.stats.received.values()) == [1] * 40  # each number once
@@ -286,10 +295,9 @@ class TestFailover:
             rate_limiter=da.RedisRateLimiter(url, requests_per_second=40, key_prefix=prefix),
         ) as session:
             sending = asyncio.ensure_future(
-                session.send_basic(numbers(40), text="hi", chunk_size=1)
+                session.send_basic(numbers(80), text="hi", chunk_size=1)
             )
-            await asyncio.sleep(0.2)
-            await asyncio.to_thread(redis_sentinels.fail_over)
-            result = await sending
+            result = await mid_send(sending, redis_sentinels.fail_over)
         assert result.ok
         assert server.stats.token_calls <= 2
+        assert sorted(server.stats.received.values()) == [1] * 80  # each number once
