@@ -283,6 +283,8 @@ class TestFailover:
             result = await mid_send(sending, lambda: redis_cluster.fail_over(primary))
         assert result.ok
         assert server.stats.token_calls <= 2
+        async with redis.asyncio.RedisCluster(host="127.0.0.1", port=primary) as admin:
+            assert await admin.exists(f"{{{prefix}}}token") == 1  # shared, on the new primary
         assert sorted(server.stats.received.values()) == [1] * 40  # each number once
 
     async def test_a_sentinel_failover_mid_send_costs_at_most_one_token_call(
