@@ -11,7 +11,9 @@ connection, and closes it; a client the caller built is used as given, and left 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from .._exceptions import ConfigurationError, RedisConfigurationError
@@ -149,6 +151,18 @@ class RedisConnection:
         """The `RedisConfigurationError` that *exc* stands for (raise it: no wait helps),
         or None for an outage."""
         return misconfiguration(exc, redacted_url(self.url))
+
+    @contextlib.contextmanager
+    def plain_errors(self) -> Iterator[None]:
+        """Inside, an answer that is a wrong setting raises `RedisConfigurationError`
+        (see `misconfigured`); an outage's error passes as it is."""
+        try:
+            yield
+        except redis_errors() as exc:
+            wrong = self.misconfigured(exc)
+            if wrong is None:
+                raise
+            raise wrong from None
 
     async def aclose(self) -> None:
         """Close the connections made here (a client you gave stays open); a later

@@ -136,14 +136,17 @@ class RedisDeliveryStore:
 
     async def open(self) -> None:
         """Check that Redis answers."""
-        client = await self._redis.client()
-        await client.ping()
+        with self._redis.plain_errors():
+            client = await self._redis.client()
+            await client.ping()
         self._script = client.register_script(_WRITE)
 
     async def write(self, events: Sequence[DeliveryEvent], received_at: float) -> None:
         """Store *events* in one atomic script."""
         if not events:
             return
+        with self._redis.plain_errors():
+            client = await self._redis.client()  # first: a Cluster's keys are braced
         keys: list[str] = []
         arguments: list[str | bytes | int | float] = []
         for event in events:
@@ -169,14 +172,14 @@ class RedisDeliveryStore:
                 row.body,
             )
         keys += (self._counts_key(None), self._key("log"))
-        client = await self._redis.client()
         more: list[str] = []
         while True:
-            missing = await self._script(
-                keys=[*keys, *map(self._counts_key, more)],
-                args=[self.log_length, len(more), *more, *arguments],
-                client=client,
-            )
+            with self._redis.plain_errors():
+                missing = await self._script(
+                    keys=[*keys, *map(self._counts_key, more)],
+                    args=[self.log_length, len(more), *more, *arguments],
+                    client=client,
+                )
             if not missing:
                 return
             more += (name.decode() for name in missing)

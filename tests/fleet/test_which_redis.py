@@ -14,7 +14,9 @@ import redis.asyncio.sentinel
 
 import dispatch_async as da
 from dispatch_async._token_store import StoredToken
+from dispatch_async.callbacks import RedisDeliveryStore
 from dispatch_async.testing import FakeDispatchServer
+from tests.callback_store_contract import event, reference
 from tests.conftest import SECRET, numbers, session_for
 from tests.fleet._cluster import Cluster, SentinelSet, TlsRedis, cli, free_ports
 
@@ -72,6 +74,12 @@ FLEET_ACL = (
     "+script|load", "+ping", "+time",
 )  # fmt: skip
 CLUSTER_ACL = ("+info", "+cluster|slots", "+command")
+
+
+def replica_of(sentinels: SentinelSet) -> int:
+    """The port of the Sentinel set's replica now (a failover swaps the two)."""
+    primary = sentinels.current_primary()
+    return next(p for p in (sentinels.primary, sentinels.replica) if p != primary)
 
 
 class TestACLOnACluster:
@@ -136,14 +144,22 @@ class TestAnswersThatSayASettingIsWrong:
     async def test_a_replica_is_a_configuration_error_naming_the_primary(
         self, redis_sentinels: SentinelSet, prefix: str
     ) -> None:
-        primary = redis_sentinels.current_primary()
-        replica = next(
-            p for p in (redis_sentinels.primary, redis_sentinels.replica) if p != primary
-        )
+        replica = replica_of(redis_sentinels)
         store = da.RedisTokenStore(f"redis://127.0.0.1:{replica}/0", key_prefix=prefix)
         try:
             with pytest.raises(da.RedisConfigurationError, match=r"replica.*primary"):
                 await store.save(StoredToken("t0ken", time.time(), 60), 30)
+        finally:
+            await store.aclose()
+
+    async def test_a_delivery_store_on_a_replica_is_refused_naming_the_primary(
+        self, redis_sentinels: SentinelSet, prefix: str
+    ) -> None:
+        store = RedisDeliveryStore(f"redis://127.0.0.1:{replica_of(redis_sentinels)}/0")
+        try:
+            await store.open()  # reading works on a replica
+            with pytest.raises(da.RedisConfigurationError, match=r"ReadOnlyError.*primary"):
+                await store.write([event(reference(), "READ")], time.time())
         finally:
             await store.aclose()
 
