@@ -108,6 +108,30 @@ class TestACLOnACluster:
         assert server.stats.token_calls == 1
 
 
+class TestTheConnectionTheQueueShares:
+    async def test_each_jobs_keys_have_a_slot_of_their_own_spread_over_the_cluster(
+        self, redis_cluster: Cluster
+    ) -> None:
+        connection = da.RedisConnection(redis_cluster.url)
+        try:
+            await connection.client()
+            tags = [connection.key_tag("acme:", "job:", f"j{i}") for i in range(12)]
+        finally:
+            await connection.aclose()
+        assert connection.cluster is True
+        assert tags[0] == "{acme:job:j0}"
+        assert len({redis_cluster.primary_for(tag) for tag in tags}) == 3
+
+    async def test_on_a_single_redis_the_keys_are_as_before(self, redis_server: str) -> None:
+        connection = da.RedisConnection(redis_server)
+        try:
+            await connection.client()
+        finally:
+            await connection.aclose()
+        assert connection.cluster is False
+        assert connection.key_tag("acme:", "job:", "j0") == "acme:job:j0"
+
+
 class TestAnswersThatSayASettingIsWrong:
     async def test_a_plain_client_for_a_cluster_node_is_refused_naming_the_fix(
         self, redis_cluster: Cluster, prefix: str
