@@ -6,17 +6,21 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     ├── InputError (also ValueError)            bad arguments, found before anything is sent
     │   ├── InvalidRecipientError               a malformed recipient, with its position
     │   └── ConfigurationError                  a bad base URL, setting or environment variable
+    │       └── RedisConfigurationError         the fleet's Redis answered that a setting is
+    │                                           wrong (a Cluster not detected, a replica, an ACL)
     ├── SessionClosedError (also RuntimeError)  the session is not open
     ├── EventLoopError (also RuntimeError)      used from an event loop it was not opened on
     ├── AuthenticationError                     the secret was rejected: retrying cannot help
     ├── TransportError                          the request did not complete
     │   ├── ConnectError                        never reached the service (maybe_sent=False)
     │   │   ├── TokenUnavailableError           no access token could be had: the job stops
-    │   │   └── NetworkConfigurationError       will not heal: a host name that does not
-    │   │                                       resolve, a certificate that fails, TLS to a
-    │   │                                       plain port, a proxy that refuses, a base URL
-    │   │                                       with no token endpoint (404); raised at once
-    │   │                                       (never retried), and the job stops
+    │   │   ├── NetworkConfigurationError       will not heal: a host name that does not
+    │   │   │                                   resolve, a certificate that fails, TLS to a
+    │   │   │                                   plain port, a proxy that refuses, a base URL
+    │   │   │                                   with no token endpoint (404); raised at once
+    │   │   │                                   (never retried), and the job stops
+    │   │   └── RedisUnavailableError           the fleet's Redis stayed unreachable for longer
+    │   │                                       than a request may wait for it
     │   ├── ConnectionLostError                 dropped after the request was written
     │   ├── RequestTimeoutError (also TimeoutError)
     │   └── ResponseTooLargeError
@@ -82,6 +86,8 @@ __all__ = [
     "NetworkConfigurationError",
     "RateLimitedError",
     "RedirectError",
+    "RedisConfigurationError",
+    "RedisUnavailableError",
     "RequestTimeoutError",
     "RequestTooLargeError",
     "ResponseTooLargeError",
@@ -119,6 +125,15 @@ class InvalidRecipientError(InputError, TypeError):
 
 class ConfigurationError(InputError):
     """A session setting (base URL, secret, environment variable) is unusable."""
+
+
+class RedisConfigurationError(ConfigurationError):
+    """Redis answered that the fleet's settings are wrong: waiting cannot help.
+
+    A ``MOVED``/``ASK``/``CROSSSLOT`` (a Redis Cluster used as one Redis), ``READONLY`` (a
+    replica), ``NOPERM`` (the ACL), ``NOSCRIPT`` (a proxy that does not keep scripts). The
+    message says which, and what to change.
+    """
 
 
 class SessionClosedError(DispatchError, RuntimeError):
@@ -173,6 +188,13 @@ class NetworkConfigurationError(ConnectError):
         super().__init__(message)
         self.host = host
         self.proxy = proxy
+
+
+class RedisUnavailableError(ConnectError):
+    """The fleet's Redis stayed unreachable for longer than a request may wait for it.
+
+    Nothing was sent: the shared rate limit could not be asked for a turn.
+    """
 
 
 class ConnectionLostError(TransportError):

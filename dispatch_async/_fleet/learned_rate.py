@@ -51,7 +51,7 @@ return current
 
 
 class SharedRate:
-    """The learned rate a fleet shares in Redis under *key*.
+    """The learned rate a fleet shares in Redis under the key *key* makes of *name*.
 
     *fresh* is called first in every entry point: after a fork it gives the child its own
     connections and this object its own turn (`start_afresh`).
@@ -61,8 +61,9 @@ class SharedRate:
 
     def __init__(
         self,
-        client: Callable[[], Any],
-        key: str,
+        client: Callable[[], Awaitable[Any]],
+        key: Callable[[str], str],
+        name: str,
         aimd: Aimd,
         window: Callable[[float], Awaitable[bool]],
         on_error: Callable[[BaseException], None],
@@ -71,12 +72,13 @@ class SharedRate:
         self._client = client
         self._fresh = fresh
         self._key = key
+        self._name = name
         self._aimd = aimd
         self._window = window
         self._on_error = on_error
         self._errors = redis_errors()
-        self._script: Any = None
-        self._schedule = Schedule(client, f"{key}:next", (key, aimd))
+        self._script: tuple[Any, Any] | None = None
+        self._schedule = Schedule(client, key, f"{name}:next", (name, aimd))
         self._turn: asyncio.Lock | None = None
         #: The fleet's rate in this process's bounds, and the value in Redis it was read
         #: from (what a compare-and-set expects to find).
@@ -129,7 +131,7 @@ class SharedRate:
             text, state = await self._read()
             if state is None:  # the first process, or a stranger's value: start afresh
                 if text:
-                    self._schedule.repaired(self._key, "held no learned rate")
+                    self._schedule.repaired(self._key(self._name), "held no learned rate")
                 fresh = self._aimd.start(self._schedule.now())
                 state = self._keep(await self._swap(text, fresh))
                 if state is None:  # gone again meanwhile: this process starts afresh
@@ -147,12 +149,13 @@ class SharedRate:
         state it holds, adopted."""
         import redis.exceptions
 
+        client = await self._client()
         try:
-            raw = await self._client().get(self._key)
+            raw = await client.get(self._key(self._name))
         except redis.exceptions.ResponseError as exc:
             if not str(exc).startswith("WRONGTYPE"):
                 raise
-            self._schedule.repaired(self._key, "was of another type")
+            self._schedule.repaired(self._key(self._name), "was of another type")
             return "", None
         text = "" if raw is None else raw.decode("utf-8", "replace")
         return text, self._keep(text) if text else None
@@ -192,15 +195,13 @@ class SharedRate:
 
     async def _swap(self, expected: str, new: RateState) -> str:
         """Write *new* if the key still holds *expected*: what the key holds then."""
-        if self._script is None:
-            self._script = self._client().register_script(_SWAP)
-        raw = await self._script(keys=[self._key], args=[expected, new.encode(), KEEP])
+        client = await self._client()
+        if self._script is None or self._script[0] is not client:
+            self._script = (client, client.register_script(_SWAP))
+        raw = await self._script[1](
+            keys=[self._key(self._name)], args=[expected, new.encode(), KEEP]
+        )
         return "" if raw is None else raw.decode("utf-8", "replace")
-
-    def forget_client(self) -> None:
-        """The client was closed: register the script on the next one."""
-        self._script = None
-        self._schedule.forget_client()
 
     def start_afresh(self) -> None:
         """In a forked child: the parent's task holding the turn did not come along."""

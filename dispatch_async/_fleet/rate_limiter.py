@@ -19,16 +19,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from .._adaptive import Aimd
-from .._exceptions import ConfigurationError
+from .._exceptions import ConfigurationError, RedisUnavailableError
 from .._throttle import steady_limiter
-from .connection import (
-    DEFAULT_KEY_PREFIX,
-    check_prefix,
-    check_url,
-    redacted_url,
-    redis_errors,
-    require_redis,
-)
+from .addresses import redacted_url
+from .connection import DEFAULT_KEY_PREFIX, RedisConnection, check_prefix, redis_errors
 from .learned_rate import SharedRate
 from .schedule import Schedule
 
@@ -51,36 +45,52 @@ class RedisRateLimiter:
             ...
 
     Args:
-        redis_url: ``redis://[[user]:password@]host[:port][/db]`` (or ``rediss://``).
+        redis_url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://``, the
+            URL of any node of a Redis Cluster, or ``redis+sentinel://...``; or a
+            redis-py asyncio client you built (``Redis``, ``RedisCluster``, Sentinel's
+            ``master_for``), yours to close. See `RedisConnection`.
         requests_per_second: the fleet-wide rate (fractions allowed: 0.5 is 1 per 2 s), or
             ``"auto"``: learned by the fleet from the service's 429s, kept in Redis.
         max_requests_per_second: with ``"auto"``, the most it may learn, or adopt from the
             fleet (a rate read from Redis is used within this and the 0.1/s floor).
         key_prefix: every key starts with it; processes with the same prefix share the limit.
         on_redis_error: ``"closed"`` (default): while Redis is unreachable, wait and try
-            again, sending nothing; ``"open"``: fall back to a per-process limit of
+            again, sending nothing, for *max_redis_wait* seconds at most; ``"open"``: fall
+            back to a per-process limit of
             *local_requests_per_second* (default: the fleet rate, so a fleet of N
             processes may then send up to N times the rate; with ``"auto"``, the rate
             last learned).
         local_requests_per_second: the per-process limit used when failing open (a fixed
             rate only).
+        max_redis_wait: failing closed, the longest one request waits for Redis to be
+            back: then it fails with `RedisUnavailableError` (nothing was sent).
+        ssl_ca_certs: with ``rediss://``, the CA file that signed the server's certificate.
 
     Raises:
         ConfigurationError: the redis extra is not installed, or a bad argument.
+        RedisConfigurationError: (from a request) Redis answered that a setting is wrong:
+            a Cluster not detected, a replica, the ACL. Raised at once, never waited on.
     """
 
     def __init__(
         self,
-        redis_url: str,
+        redis_url: str | Any,
         *,
         requests_per_second: float | Literal["auto"],
         max_requests_per_second: float | None = None,
         key_prefix: str = DEFAULT_KEY_PREFIX,
         on_redis_error: Literal["closed", "open"] = "closed",
         local_requests_per_second: float | None = None,
+        max_redis_wait: float = 60.0,
+        ssl_ca_certs: str | None = None,
     ) -> None:
-        require_redis("RedisRateLimiter")
-        self.url = check_url(redis_url)
+        self._redis = RedisConnection(
+            redis_url, ssl_ca_certs=ssl_ca_certs, feature="RedisRateLimiter"
+        )
+        self.url = self._redis.url
+        if not (isinstance(max_redis_wait, int | float) and max_redis_wait > 0):
+            raise ConfigurationError("max_redis_wait must be a positive number of seconds")
+        self.max_redis_wait = float(max_redis_wait)
         self.key_prefix = check_prefix(key_prefix)
         if on_redis_error not in ("closed", "open"):
             raise ConfigurationError('on_redis_error must be "closed" or "open"')
@@ -90,7 +100,8 @@ class RedisRateLimiter:
         if requests_per_second == "auto":
             self.learner = SharedRate(
                 self._client,
-                f"{self.key_prefix}rate:learned",
+                self._key,
+                "rate:learned",
                 Aimd(max_requests_per_second),
                 self._scheduled,
                 self._failed,
@@ -119,11 +130,9 @@ class RedisRateLimiter:
         if not local > 0:
             raise ConfigurationError("local_requests_per_second must be a positive number")
         self.local_requests_per_second = float(local)
-        self._schedule = Schedule(self._client, f"{self.key_prefix}rate:next")
+        self._schedule = Schedule(self._client, self._key, "rate:next")
         self._turn: asyncio.Lock | None = None
         self._pid = os.getpid()
-        self._pool: Any = None
-        self._redis: Any = None
         self._local: Any = None
         self._failing = False
 
@@ -141,18 +150,13 @@ class RedisRateLimiter:
             f"requests_per_second={rate} on_redis_error={self.on_redis_error!r}>"
         )
 
-    def _client(self) -> Any:
-        """A redis-py client, connected on first use."""
-        if self._redis is None:
-            import redis.asyncio
+    async def _client(self) -> Any:
+        """The redis-py client, connected on first use."""
+        return await self._redis.client()
 
-            from .connection import CONNECT_TIMEOUT, SOCKET_TIMEOUT
-
-            self._pool = redis.asyncio.ConnectionPool.from_url(
-                self.url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=SOCKET_TIMEOUT
-            )
-            self._redis = redis.asyncio.Redis(connection_pool=self._pool)
-        return self._redis
+    def _key(self, name: str) -> str:
+        """The key *name* under the prefix (braced on a Cluster: one hash slot)."""
+        return self._redis.key_tag(self.key_prefix) + name
 
     async def acquire(self) -> None:
         """Return when this process may send one request."""
@@ -178,6 +182,7 @@ class RedisRateLimiter:
         learner = self.learner
         failures = 0
         waited = False
+        give_up_at = asyncio.get_running_loop().time() + self.max_redis_wait
         while True:
             try:
                 if learner is not None:
@@ -186,7 +191,7 @@ class RedisRateLimiter:
                     turn = await self._schedule.reserve(1 / rate)
             except redis_errors() as exc:
                 failures += 1
-                if await self._outage(exc, failures, self._local_wait):
+                if await self._outage(exc, failures, self._local_wait, give_up_at):
                     return True
                 continue
             self._recovered()
@@ -197,21 +202,41 @@ class RedisRateLimiter:
                 return waited
 
     async def _outage(
-        self, exc: BaseException, failures: int, local: Callable[[], Awaitable[None]]
+        self,
+        exc: BaseException,
+        failures: int,
+        local: Callable[[], Awaitable[None]],
+        give_up_at: float,
     ) -> bool:
         """Redis failed *failures* times in a row: True once *local* let a request go
-        (failing open), False after a wait before trying Redis again (failing closed)."""
+        (failing open), False after a wait before trying Redis again (failing closed),
+        `RedisUnavailableError` once past *give_up_at* (the loop's time)."""
         self._failed(exc)
         if self.on_redis_error == "open":
             await local()
             return True
-        await asyncio.sleep(min(CLOSED_FIRST_WAIT * 2 ** (failures - 1), CLOSED_MAX_WAIT))
+        left = give_up_at - asyncio.get_running_loop().time()
+        if left <= 0:
+            raise RedisUnavailableError(
+                f"the shared rate limit in Redis at {redacted_url(self.url)} was unreachable "
+                f"for {self.max_redis_wait:g} s ({type(exc).__name__}: {exc}); nothing was "
+                "sent (max_redis_wait)"
+            ) from None
+        await asyncio.sleep(min(CLOSED_FIRST_WAIT * 2 ** (failures - 1), CLOSED_MAX_WAIT, left))
         return False
 
     def _failed(self, exc: BaseException) -> None:
+        """Redis failed with *exc*: a wrong setting is raised at once, an outage logged."""
+        wrong = self._redis.misconfigured(exc)
+        if wrong is not None:
+            raise wrong from None
         if not self._failing:
             self._failing = True
-            what = "sending at a per-process rate" if self.on_redis_error == "open" else "waiting"
+            what = (
+                "sending at a per-process rate"
+                if self.on_redis_error == "open"
+                else f"waiting (at most {self.max_redis_wait:g} s for each request)"
+            )
             log.warning(
                 "the shared rate limit in Redis is unreachable (%s: %s); %s until it is back",
                 type(exc).__name__,
@@ -234,27 +259,19 @@ class RedisRateLimiter:
         await self._local.acquire()
 
     def _start_afresh_after_fork(self) -> None:
-        # A forked child neither uses nor closes its parent's connections and pacing.
+        # A forked child neither uses nor closes its parent's pacing (nor connections: the
+        # RedisConnection's own).
         if self._pid != os.getpid():
             from .._fork import left_by_parent
 
-            left_by_parent(self._pool, self._redis, self._local)
-            self._pool = self._redis = self._local = self._turn = None
-            self._forget_client()
+            left_by_parent(self._local)
+            self._local = self._turn = None
             if self.learner is not None:
                 self.learner.start_afresh()
             self._pid = os.getpid()
 
     async def aclose(self) -> None:
-        """Close the connections to Redis; the limiter may be used again afterwards."""
+        """Close the connections to Redis made here (a client you gave stays open); the
+        limiter may be used again afterwards."""
         self._start_afresh_after_fork()
-        pool, self._pool, self._redis = self._pool, None, None
-        self._forget_client()
-        if pool is not None:
-            await pool.aclose()
-
-    def _forget_client(self) -> None:
-        """The client is gone: its scripts are registered again on the next."""
-        self._schedule.forget_client()
-        if self.learner is not None:
-            self.learner.forget_client()
+        await self._redis.aclose()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -139,23 +139,29 @@ class Turn:
 
 
 class Schedule:
-    """The fleet's next free send time, under *key*; with *learned* (the key of a learned
-    rate, and its bounds), spaced at that rate and held by a Retry-After.
+    """The fleet's next free send time, under the key *key* makes of *name*; with
+    *learned* (the name of a learned rate, and its bounds), spaced at that rate and held
+    by a Retry-After. *client* gives the connected client.
 
     It keeps the fleet's clock: Redis's time, as of its last answer.
     """
 
     def __init__(
-        self, client: Callable[[], Any], key: str, learned: tuple[str, Aimd] | None = None
+        self,
+        client: Callable[[], Awaitable[Any]],
+        key: Callable[[str], str],
+        name: str,
+        learned: tuple[str, Aimd] | None = None,
     ) -> None:
         self._client = client
-        self._keys = [key]
+        self._key = key
+        self._names = [name]
         self._bounds = ["0", "0"]  # (read only with a learned rate)
         if learned is not None:
-            rate_key, aimd = learned
-            self._keys += [rate_key, f"{rate_key}:hold"]
+            rate_name, aimd = learned
+            self._names += [rate_name, f"{rate_name}:hold"]
             self._bounds = [repr(aimd.minimum), repr(aimd.max_requests_per_second or 0)]
-        self._scripts: tuple[Any, Any] | None = None
+        self._scripts: tuple[Any, Any, Any, list[str]] | None = None
         self._offset = 0.0
         self._told: set[str] = set()
 
@@ -165,10 +171,10 @@ class Schedule:
 
     async def reserve(self, gap: float) -> Turn:
         """Take the next free time, and move it on by *gap* (or by the learned rate's)."""
-        reserve, _ = self._registered()
+        reserve, _, keys = await self._registered()
         mine = time.time()
         reply = await reserve(
-            keys=self._keys,
+            keys=keys,
             args=[repr(mine), repr(gap), *self._bounds, AHEAD_TURNS, AHEAD_SECONDS, HOLD_SECONDS],
         )
         taken, wait, learned, clock, now, reset = reply
@@ -177,10 +183,10 @@ class Schedule:
 
     async def hold(self, seconds: float) -> None:
         """Hold the fleet's next send for *seconds* (`HOLD_SECONDS` at most) from now."""
-        _, hold = self._registered()
+        _, hold, keys = await self._registered()
         mine = time.time()
         clock, now, reset = await hold(
-            keys=self._keys[2:], args=[repr(mine), repr(seconds), HOLD_SECONDS]
+            keys=keys[2:], args=[repr(mine), repr(seconds), HOLD_SECONDS]
         )
         self._clocked(clock, float(now), mine, reset)
 
@@ -190,15 +196,15 @@ class Schedule:
             self._told.add(key)
             log.warning("the fleet's rate limit in Redis: %s %s; it was reset", key, what)
 
-    def forget_client(self) -> None:
-        """The client was closed: register the scripts on the next one."""
-        self._scripts = None
-
-    def _registered(self) -> tuple[Any, Any]:
-        if self._scripts is None:
-            client = self._client()
-            self._scripts = (client.register_script(_RESERVE), client.register_script(_HOLD))
-        return self._scripts
+    async def _registered(self) -> tuple[Any, Any, list[str]]:
+        """The scripts, registered on the current client (a new one after a fork or a
+        close), and the keys they use (braced on a Cluster: known once connected)."""
+        client = await self._client()
+        if self._scripts is None or self._scripts[0] is not client:
+            keys = [self._key(name) for name in self._names]
+            reserve, hold = client.register_script(_RESERVE), client.register_script(_HOLD)
+            self._scripts = (client, reserve, hold, keys)
+        return self._scripts[1:]
 
     def _clocked(self, clock: bytes, now: float, mine: float, reset: Any) -> None:
         if clock == b"redis":

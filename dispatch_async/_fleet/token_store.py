@@ -1,8 +1,9 @@
 """``RedisTokenStore``: one access token for every process of a fleet, kept in Redis.
 
-Two keys, both under the caller's prefix: ``<prefix>token`` holds the token (JSON: the
-value, when it was issued on the wall clock, its lifetime) and expires with it;
-``<prefix>token:lock`` is the refresh lock (``SET NX PX`` with a random owner value,
+Two keys, both under the caller's prefix (on a Redis Cluster, in braces: ``{<prefix>}``,
+one hash slot): ``<prefix>token`` holds the token (JSON: the value, when it was issued
+on the wall clock, its lifetime) and expires with it; ``<prefix>token:lock`` is the
+refresh lock (``SET NX PX`` with a random owner value,
 released only by its owner: redis-py's ``Lock``), so a crashed refresher does not block
 the fleet for longer than the lock's expiry.
 """
@@ -20,7 +21,8 @@ from typing import Any
 import orjson
 
 from .._token_store import StoredToken, TokenStoreUnavailable
-from .connection import DEFAULT_KEY_PREFIX, RedisClient, check_prefix, redacted_url, redis_errors
+from .addresses import redacted_url
+from .connection import DEFAULT_KEY_PREFIX, RedisConnection, check_prefix, redis_errors
 
 __all__ = ["RedisTokenStore"]
 
@@ -41,13 +43,19 @@ class RedisTokenStore:
             ...
 
     Only one process refreshes the token at a time; the others adopt the token it saved.
-    If Redis cannot be reached, each process fetches its own token (with a warning).
+    If Redis cannot be reached, each process fetches its own token (with a warning); if
+    Redis answers that a setting is wrong (a replica, the ACL...), `RedisConfigurationError`.
 
     Args:
-        redis_url: ``redis://[[user]:password@]host[:port][/db]`` (or ``rediss://``).
-        key_prefix: every key starts with it; restrict the Redis user to ``~<prefix>*``.
+        redis_url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://``, the
+            URL of any node of a Redis Cluster, or ``redis+sentinel://...``; or a
+            redis-py asyncio client you built (``Redis``, ``RedisCluster``, Sentinel's
+            ``master_for``), yours to close. See `RedisConnection`.
+        key_prefix: every key starts with it; restrict the Redis user to ``~<prefix>*``
+            (on a Cluster, ``~{<prefix>}*``).
         lock_timeout: seconds after which a refresh lock whose holder died expires (a
             live holder renews it every third of that while its token fetch lasts).
+        ssl_ca_certs: with ``rediss://``, the CA file that signed the server's certificate.
 
     Raises:
         ConfigurationError: the redis extra is not installed, or a bad argument.
@@ -55,26 +63,41 @@ class RedisTokenStore:
 
     def __init__(
         self,
-        redis_url: str,
+        redis_url: str | Any,
         *,
         key_prefix: str = DEFAULT_KEY_PREFIX,
         lock_timeout: float = 20.0,
+        ssl_ca_certs: str | None = None,
     ) -> None:
-        self._redis = RedisClient(redis_url, "RedisTokenStore")
+        self._redis = RedisConnection(
+            redis_url, ssl_ca_certs=ssl_ca_certs, feature="RedisTokenStore"
+        )
         self.key_prefix = check_prefix(key_prefix)
         self.lock_timeout = lock_timeout
-        self._key = f"{self.key_prefix}token"
-        self._lock_key = f"{self.key_prefix}token:lock"
 
     def __repr__(self) -> str:
         return f"<RedisTokenStore {redacted_url(self._redis.url)!r} key_prefix={self.key_prefix!r}>"
 
+    async def _client(self) -> Any:
+        try:
+            return await self._redis.client()
+        except redis_errors() as exc:
+            raise self._failure(exc) from None
+
+    def _key(self, name: str) -> str:
+        return self._redis.key_tag(self.key_prefix) + name
+
+    def _failure(self, exc: BaseException) -> Exception:
+        """What to raise for *exc*: a wrong setting at once, else the store is unavailable."""
+        return self._redis.misconfigured(exc) or TokenStoreUnavailable(_describe(exc))
+
     async def load(self) -> StoredToken | None:
         """The token in Redis, or None (none yet, expired, or not readable)."""
+        client = await self._client()
         try:
-            raw = await self._redis.get().get(self._key)
+            raw = await client.get(self._key("token"))
         except redis_errors() as exc:
-            raise TokenStoreUnavailable(_describe(exc)) from None
+            raise self._failure(exc) from None
         if raw is None:
             return None
         try:
@@ -92,10 +115,11 @@ class RedisTokenStore:
     async def save(self, token: StoredToken, ttl: float) -> None:
         """Store *token* for *ttl* seconds."""
         raw = orjson.dumps({"v": token.value, "iat": token.issued_at, "life": token.lifetime})
+        client = await self._client()
         try:
-            await self._redis.get().set(self._key, raw, px=max(int(ttl * 1000), 1))
+            await client.set(self._key("token"), raw, px=max(int(ttl * 1000), 1))
         except redis_errors() as exc:
-            raise TokenStoreUnavailable(_describe(exc)) from None
+            raise self._failure(exc) from None
 
     def lock(self, wait: float) -> AbstractAsyncContextManager[bool]:
         """Hold the refresh lock; enters with False if another process kept it for *wait* s."""
@@ -105,8 +129,9 @@ class RedisTokenStore:
     async def _locked(self, wait: float) -> AsyncIterator[bool]:
         from redis.exceptions import LockError
 
-        lock = self._redis.get().lock(
-            self._lock_key,
+        client = await self._client()
+        lock = client.lock(
+            self._key("token:lock"),
             timeout=self.lock_timeout,
             sleep=0.05,
             blocking_timeout=wait,
@@ -115,7 +140,7 @@ class RedisTokenStore:
         try:
             held = await lock.acquire()
         except redis_errors() as exc:
-            raise TokenStoreUnavailable(_describe(exc)) from None
+            raise self._failure(exc) from None
         # A token fetch can take longer than the lock's timeout (its own timeout, and
         # retries): the holder keeps the lock alive for as long as it holds it.
         keeping = asyncio.create_task(self._keep(lock)) if held else None
@@ -147,7 +172,7 @@ class RedisTokenStore:
                 return
 
     async def aclose(self) -> None:
-        """Close the connections to Redis."""
+        """Close the connections to Redis made here (a client you gave stays open)."""
         await self._redis.aclose()
 
 

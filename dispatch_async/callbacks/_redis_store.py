@@ -1,8 +1,10 @@
 """``RedisDeliveryStore``: delivery state in Redis, for receivers on several hosts.
 
 Every key starts with the caller's prefix (the rules of the token store: restrict the
-Redis user to ``~<prefix>*``). Per message ``<prefix>cb:m:<reference>`` (a hash: status,
-rank, channel, number, campaign, first and last event time, event count),
+Redis user to ``~<prefix>*``; on a Redis Cluster the prefix is braced, ``{<prefix>}``, so
+every key is in one hash slot: a batch's script touches many of them). Per message
+``<prefix>cb:m:<reference>`` (a hash: status, rank, channel, number, campaign, first and
+last event time, event count),
 ``<prefix>cb:k:<reference>`` (the keys of its events: a re-delivery is recognised) and
 ``<prefix>cb:e:<reference>`` (its events, in order); ``<prefix>cb:n:<digits>`` (the
 references of a number), ``<prefix>cb:c:=<campaign>`` (counts by status) and
@@ -18,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from .._fleet.connection import DEFAULT_KEY_PREFIX, RedisClient, check_prefix, redacted_url
+from .._fleet.addresses import redacted_url
+from .._fleet.connection import DEFAULT_KEY_PREFIX, RedisConnection, check_prefix
 from ._events import DeliveryEvent, number_key
 from ._status import DeliveryStatus
 from ._store import MessageState, event_row, stored_event, utc
@@ -28,27 +31,41 @@ __all__ = ["RedisDeliveryStore"]
 #: Entries the change stream keeps (approximately): a reader further behind misses some.
 DEFAULT_LOG_LENGTH: Final = 1_000_000
 
-# ARGV: prefix, log length, then 11 values per event (see _arguments). "" is "none".
+# KEYS: 5 per event (its cb:k, cb:e, cb:m, cb:n (any key if it has no number), the
+# counts of its campaign), then the counts of no campaign, the change stream, and the
+# counts of the campaigns in ARGV[3..]. ARGV: the log length, how many more campaigns,
+# their names, then 11 values per event (see write). "" is "none". Every key is declared:
+# on a Cluster they are in one slot (the braced prefix). A message already counted under
+# a campaign whose key is not declared: nothing is written, the script answers the
+# campaigns it needs, and `write` calls it again with their keys.
 _WRITE: Final = """
-local p = ARGV[1]
-local maxlen = ARGV[2]
-local function counts(campaign)
-  if campaign == '' then return p .. 'cb:c:-' end
-  return p .. 'cb:c:=' .. campaign
+local maxlen, more = ARGV[1], tonumber(ARGV[2])
+local events = 5 * ((#ARGV - 2 - more) / 11)
+local log, counted = KEYS[events + 2], {['']= KEYS[events + 1]}
+for c = 1, more do counted[ARGV[2 + c]] = KEYS[events + 2 + c] end
+local first = 3 + more
+for e = 0, events / 5 - 1 do counted[ARGV[first + e * 11 + 4]] = KEYS[e * 5 + 5] end
+local missing = {}
+for e = 0, events / 5 - 1 do
+  local kept = redis.call('HGET', KEYS[e * 5 + 3], 'g')
+  if kept and not counted[kept] then counted[kept] = true; missing[#missing + 1] = kept end
 end
-for i = 3, #ARGV, 11 do
+if #missing > 0 then return missing end
+local function counts(name) return counted[name] end
+for e = 0, events / 5 - 1 do
+  local i, k = first + e * 11, e * 5
   local ref, key, digits, number, campaign = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
   local status, rank, channel = ARGV[i+5], tonumber(ARGV[i+6]), ARGV[i+7]
   local at_text, received, body = ARGV[i+8], ARGV[i+9], ARGV[i+10]
   local at = tonumber(at_text)
-  if redis.call('SADD', p .. 'cb:k:' .. ref, key) == 1 then
-    redis.call('RPUSH', p .. 'cb:e:' .. ref, key .. '\\n' .. received .. '\\n' .. body)
-    local m = p .. 'cb:m:' .. ref
+  local keys_of, events_of, m, refs_of = KEYS[k+1], KEYS[k+2], KEYS[k+3], KEYS[k+4]
+  if redis.call('SADD', keys_of, key) == 1 then
+    redis.call('RPUSH', events_of, key .. '\\n' .. received .. '\\n' .. body)
     local cur = redis.call('HMGET', m, 'r', 's', 'c', 'n', 'g', 'f', 'l')
     if not cur[1] then
       redis.call('HSET', m, 's', status, 'r', rank, 'c', channel, 'n', number,
                  'g', campaign, 'f', at_text, 'l', at_text, 'k', 1)
-      if digits ~= '' then redis.call('SADD', p .. 'cb:n:' .. digits, ref) end
+      if digits ~= '' then redis.call('SADD', refs_of, ref) end
       redis.call('HINCRBY', counts(campaign), status, 1)
     else
       local old, kept = cur[2], cur[5]
@@ -68,13 +85,13 @@ for i = 3, #ARGV, 11 do
       end
       if cur[4] == '' and number ~= '' then
         redis.call('HSET', m, 'n', number)
-        if digits ~= '' then redis.call('SADD', p .. 'cb:n:' .. digits, ref) end
+        if digits ~= '' then redis.call('SADD', refs_of, ref) end
       end
       if at < tonumber(cur[6]) then redis.call('HSET', m, 'f', at_text) end
       if at > tonumber(cur[7]) then redis.call('HSET', m, 'l', at_text) end
       redis.call('HINCRBY', m, 'k', 1)
     end
-    redis.call('XADD', p .. 'cb:log', 'MAXLEN', '~', maxlen, '*',
+    redis.call('XADD', log, 'MAXLEN', '~', maxlen, '*',
                'k', key, 't', received, 'b', body)
   end
 end
@@ -86,9 +103,13 @@ class RedisDeliveryStore:
     """Delivery state in Redis: for a fleet of receivers behind one callback URL.
 
     Args:
-        redis_url: ``redis://[[user]:password@]host[:port][/db]`` (or ``rediss://``).
+        redis_url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://``, the
+            URL of any node of a Redis Cluster, or ``redis+sentinel://...``; or a
+            redis-py asyncio client you built (``Redis``, ``RedisCluster``, Sentinel's
+            ``master_for``), yours to close. See `RedisConnection`.
         key_prefix: every key starts with it (as for `RedisTokenStore`).
         log_length: about how many events the change stream keeps.
+        ssl_ca_certs: with ``rediss://``, the CA file that signed the server's certificate.
 
     Raises:
         ConfigurationError: the redis extra is not installed, or a bad argument.
@@ -96,12 +117,15 @@ class RedisDeliveryStore:
 
     def __init__(
         self,
-        redis_url: str,
+        redis_url: str | Any,
         *,
         key_prefix: str = DEFAULT_KEY_PREFIX,
         log_length: int = DEFAULT_LOG_LENGTH,
+        ssl_ca_certs: str | None = None,
     ) -> None:
-        self._redis = RedisClient(redis_url, "RedisDeliveryStore")
+        self._redis = RedisConnection(
+            redis_url, ssl_ca_certs=ssl_ca_certs, feature="RedisDeliveryStore"
+        )
         self.key_prefix = check_prefix(key_prefix)
         self.log_length = log_length
         self._script: Any = None
@@ -112,15 +136,28 @@ class RedisDeliveryStore:
 
     async def open(self) -> None:
         """Check that Redis answers."""
-        client = self._redis.get()
-        await client.ping()
+        with self._redis.plain_errors():
+            client = await self._redis.client()
+            await client.ping()
         self._script = client.register_script(_WRITE)
 
     async def write(self, events: Sequence[DeliveryEvent], received_at: float) -> None:
         """Store *events* in one atomic script."""
-        arguments: list[str | bytes | int | float] = [self.key_prefix, self.log_length]
+        if not events:
+            return
+        with self._redis.plain_errors():
+            client = await self._redis.client()  # first: a Cluster's keys are braced
+        keys: list[str] = []
+        arguments: list[str | bytes | int | float] = []
         for event in events:
             row = event_row(event, received_at)
+            keys += (
+                self._key("k", row.reference),
+                self._key("e", row.reference),
+                self._key("m", row.reference),
+                self._key("n", row.digits),
+                self._counts_key(row.campaign),
+            )
             arguments += (
                 row.reference,
                 row.key,
@@ -134,19 +171,30 @@ class RedisDeliveryStore:
                 repr(row.received),
                 row.body,
             )
-        if len(arguments) > 2:
-            await self._script(keys=[], args=arguments, client=self._redis.get())
+        keys += (self._counts_key(None), self._key("log"))
+        more: list[str] = []
+        while True:
+            with self._redis.plain_errors():
+                missing = await self._script(
+                    keys=[*keys, *map(self._counts_key, more)],
+                    args=[self.log_length, len(more), *more, *arguments],
+                    client=client,
+                )
+            if not missing:
+                return
+            more += (name.decode() for name in missing)
 
     async def message(self, reference: str) -> MessageState | None:
         """The state of one message, or None."""
-        found = await self._client().hgetall(self._key("m", reference))
+        client = await self._redis.client()
+        found = await client.hgetall(self._key("m", reference))
         return _state(reference, found) if found else None
 
     async def messages_for(
         self, number: str, campaign_name: str | None = None
     ) -> list[MessageState]:
         """The messages of *number* (any formatting), oldest first."""
-        client = self._client()
+        client = await self._redis.client()
         references = sorted(await client.smembers(self._key("n", number_key(number))))
         async with client.pipeline(transaction=False) as pipe:
             for reference in references:
@@ -159,7 +207,8 @@ class RedisDeliveryStore:
 
     async def events(self, reference: str) -> list[DeliveryEvent]:
         """One message's events, in the order they were stored."""
-        entries = await self._client().lrange(self._key("e", reference), 0, -1)
+        client = await self._redis.client()
+        entries = await client.lrange(self._key("e", reference), 0, -1)
         events = []
         for entry in entries:
             key, received, body = entry.split(b"\n", 2)
@@ -168,15 +217,15 @@ class RedisDeliveryStore:
 
     async def counts(self, campaign_name: str | None) -> dict[DeliveryStatus, int]:
         """Messages of a campaign by status."""
-        name = "-" if not campaign_name else f"={campaign_name}"
-        found = await self._client().hgetall(f"{self.key_prefix}cb:c:{name}")
+        client = await self._redis.client()
+        found = await client.hgetall(self._counts_key(campaign_name))
         counts = {DeliveryStatus(k.decode()): int(v) for k, v in found.items()}
         return {status: count for status, count in counts.items() if count > 0}
 
     async def changes(self, after: str | None, limit: int) -> tuple[list[DeliveryEvent], str]:
         """Events stored after stream id *after*, and the id of the last one."""
-        client = self._client()
-        log = f"{self.key_prefix}cb:log"
+        client = await self._redis.client()
+        log = self._key("log")
         if after is None:
             last = await client.xrevrange(log, count=1)
             return [], last[0][0].decode() if last else "0-0"
@@ -188,15 +237,16 @@ class RedisDeliveryStore:
         return events, entries[-1][0].decode() if entries else after
 
     async def aclose(self) -> None:
-        """Close the connections to Redis."""
+        """Close the connections to Redis made here (a client you gave stays open)."""
         await self._redis.aclose()
 
-    def _client(self) -> Any:
-        # redis-py's asyncio methods are typed as maybe-awaitable: Any spares a cast per call.
-        return self._redis.get()
+    def _key(self, kind: str, name: str | None = None) -> str:
+        """The key of *kind* (and *name*): braced prefix on a Cluster (call once connected)."""
+        key = f"{self._redis.key_tag(self.key_prefix)}cb:{kind}"
+        return key if name is None else f"{key}:{name}"
 
-    def _key(self, kind: str, name: str) -> str:
-        return f"{self.key_prefix}cb:{kind}:{name}"
+    def _counts_key(self, campaign_name: str | None) -> str:
+        return self._key("c", f"={campaign_name}" if campaign_name else "-")
 
 
 def _state(reference: str, found: dict[bytes, bytes]) -> MessageState:

@@ -15,6 +15,15 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis.asyncio
 
+from tests.fleet._cluster import (
+    Cluster,
+    SentinelSet,
+    TlsRedis,
+    running_cluster,
+    running_sentinels,
+    running_tls_redis,
+)
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -70,6 +79,35 @@ def redis_server() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A 3-primary, 3-replica Redis Cluster on 127.0.0.1, for the whole test session."""
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def redis_sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSet]:
+    """A primary, its replica and 3 sentinels on 127.0.0.1, for the whole test session."""
+    with running_sentinels(tmp_path_factory.mktemp("sentinel")) as sentinels:
+        yield sentinels
+
+
+@pytest.fixture(scope="session")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
+    """A TLS-only Redis on 127.0.0.1 whose certificate a private CA signed."""
+    with running_tls_redis(tmp_path_factory.mktemp("tls")) as server:
+        yield server
+
+
+@pytest.fixture(params=["single", "cluster"])
+def any_redis(request: pytest.FixtureRequest) -> str:
+    """The URL of a single Redis, then of one node of a Redis Cluster."""
+    if request.param == "cluster":
+        return request.getfixturevalue("redis_cluster").url  # type: ignore[no-any-return]
+    return request.getfixturevalue("redis_server")  # type: ignore[no-any-return]
 
 
 @pytest.fixture

@@ -29,10 +29,11 @@ async def server() -> FakeDispatchServer:
 
 
 async def test_sessions_sharing_a_store_make_one_token_call(
-    server: FakeDispatchServer, redis_server: str, prefix: str
+    server: FakeDispatchServer, any_redis: str, prefix: str
 ) -> None:
+    """On a single Redis, and given the URL of one node of a Cluster."""
     sessions = [
-        session_for(server, token_store=da.RedisTokenStore(redis_server, key_prefix=prefix))
+        session_for(server, token_store=da.RedisTokenStore(any_redis, key_prefix=prefix))
         for _ in range(5)
     ]
     try:

@@ -148,6 +148,17 @@ async def learned_rate() -> None:
     )
     learned: float | None = fleet.requests_per_second
     print(learned)
+    # Any Redis: a URL of any form, or a client you built; the connection they share.
+    address: da.SentinelAddress = da.parse_sentinel_url("redis+sentinel://h:26379/mymaster")
+    service: str = address.service
+    print(service)
+    connection = da.RedisConnection("rediss://h:6379", ssl_ca_certs="/ca.pem")
+    tag: str = connection.key_tag("acme:", "job:", "j1")
+    clustered: bool | None = connection.cluster
+    print(tag, clustered)
+    da.RedisTokenStore(await connection.client(), key_prefix="acme:")
+    da.RedisRateLimiter(connection.url, requests_per_second=5, max_redis_wait=10.0)
+    await connection.aclose()
     da.DispatchSession("https://x", client_secret="s", requests_per_second="fast")  # type: ignore[arg-type]
 
 
