@@ -126,8 +126,13 @@ class TestTheListsColumn:
             ("nome;data\nAna;2024-03-01\n", "BR", ""),
             ("celular\n12345\nnenhum\n", "BR", ""),
             ("celular\n(11) 98765-4321\n", None, NO_REGION),
+            ("\n\n", "BR", ""),
+            ("id;data\n" + "7;2024\n" * 1000 + f"8;{PHONE}\n", "BR", " in its first 1,000 rows"),
         ],
-        ids=["no-column-holds-one", "the-named-column-holds-none", "national-without-region"],
+        ids=[
+            "no-column-holds-one", "the-named-column-holds-none", "national-without-region",
+            "empty", "none-in-the-rows-looked-at",
+        ],
     )  # fmt: skip
     def test_a_list_none_of_whose_values_is_a_phone_number_is_refused(
         self, tmp_path: Path, text: str, region: str | None, hint: str
