@@ -21,7 +21,7 @@ from ..reading.input import InputProblem, Row, Rows, UnreadableInput, is_regular
 from ..screen.problem import Problem
 from .journal import Recorded
 from .records import failed_record, invalid_record, malformed_record
-from .spec import InputSpec, JobSpec, exclude_key
+from .spec import InputSpec, JobSpec
 
 __all__ = ["Reading", "Source", "changed_line", "check_input", "load_exclude"]
 
@@ -152,13 +152,12 @@ class Source:
 
 def _drop_excluded(batch: Reading, exclude: ExcludeList) -> None:
     """Settle the rows of *batch* whose number *exclude* holds: recorded, never sent."""
-    key = exclude.key
-    keys = [key(row.message["number"]) for row in batch.rows]  # type: ignore[index]
-    found = exclude.among(keys)
+    numbers = [row.message["number"] for row in batch.rows]  # type: ignore[index]
+    found = exclude.among(numbers)
     if not found:
         return
     kept = []
-    for row, number in zip(batch.rows, keys, strict=True):
+    for row, number in zip(batch.rows, numbers, strict=True):
         if number in found:
             batch.records.append(invalid_record(row.line, row.number, da.EXCLUDED_REASON))
             batch.excluded += 1
@@ -212,10 +211,10 @@ async def load_exclude(spec: JobSpec) -> ExcludeList | None:
     """The job's ``--exclude`` list, read in a worker thread (None without one)."""
     if spec.exclude is None:
         return None
-    key = exclude_key(spec.settings)
+    column, region = spec.input.number_column, spec.settings.region
     try:
-        return await asyncio.to_thread(ExcludeList, spec.exclude, key, spec.input.number_column)
-    except InputProblem as exc:
+        return await asyncio.to_thread(ExcludeList, spec.exclude, column, region)
+    except (InputProblem, da.DispatchError) as exc:  # DispatchError: without phonenumbers
         raise Problem(str(exc)) from None
     except OSError as exc:
         raise Problem(f"cannot read --exclude {spec.exclude}: {exc.strerror}") from None

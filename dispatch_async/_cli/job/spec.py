@@ -29,7 +29,6 @@ __all__ = [
     "SendSettings",
     "Target",
     "dedupe_key",
-    "exclude_key",
     "sent_as",
 ]
 
@@ -288,24 +287,6 @@ def sent_as(settings: SendSettings) -> Callable[[str], str] | None:
     None without it: the number is sent as written.
     """
     return _e164(settings.region) if settings.prevalidate else None
-
-
-def exclude_key(settings: SendSettings) -> Callable[[str], str]:
-    """The form ``--exclude`` compares numbers in: E.164 (``--region`` for local numbers).
-
-    A number that is not a phone number is compared by its digits: ``(11) 98765-4321``
-    and ``11 98765-4321`` are one number then. Wider than ``dedupe_key``: for an opt-out
-    list, a match in doubt is a message not sent.
-    """
-    _e164(settings.region)  # Problem without phonenumbers
-    region = settings.region
-
-    def key(number: str) -> str:
-        if number[:1] == "+" and number[1:].isascii() and number[1:].isdigit():
-            return number  # already in the form: not parsed again (it costs 70 us)
-        return da.to_e164(number, region) or "".join(filter(str.isdigit, number)) or number
-
-    return key
 
 
 def _e164(region: str | None) -> Callable[[str], str]:

@@ -16,7 +16,8 @@ Sheets write UTF-8. The rule is deterministic, and says why when it refuses:
 A regular file is scanned whole before its first row is read, so a refusal comes before
 anything is sent. A pipe or stdin cannot be read twice: the first line with a byte
 beyond ASCII decides (within its first MiB), and a later row that is not in that
-encoding is a malformed row. ``--encoding`` skips the guess.
+encoding is a malformed row. ``--encoding`` skips the guess, but a file that starts with
+a UTF-8 BOM is refused with ``--encoding windows-1252``: it says it is UTF-8.
 
 Not a statistical detector (charset-normalizer): on Excel's pt-BR exports it answers
 cp1250 or big5, which turn ``João`` into ``Joăo``, and takes two seconds for 10 MB.
@@ -48,6 +49,7 @@ ENCODINGS: Final = {
 _NAMES: Final = {UTF8: "UTF-8", WINDOWS_1252: "Windows-1252"}
 
 _BLOCK = 1 << 20
+_BOM_SIZE = len(codecs.BOM_UTF8)
 _UTF16_32_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 # One well-formed UTF-8 character beyond ASCII (RFC 3629: no overlong forms, no surrogates).
 _UTF8_CHARACTER = re.compile(
@@ -91,7 +93,7 @@ def detect_encoding(stream: IO[bytes], given: str | None) -> tuple[IO[bytes], En
         InputProblem: the file is neither UTF-8 nor Windows-1252 (see the module).
     """
     if given is not None:
-        return stream, Encoding(given)
+        return _refuse_bom(stream, given), Encoding(given)
     if stream.seekable():
         start = stream.tell()
         try:
@@ -109,6 +111,31 @@ def detect_encoding(stream: IO[bytes], given: str | None) -> tuple[IO[bytes], En
     codec = _scan(iter(head))
     replay = io.BufferedReader(_Replay(b"".join(head), stream))
     return replay, Encoding(codec, detected=True)
+
+
+def _refuse_bom(stream: IO[bytes], given: str) -> IO[bytes]:
+    """*stream* from its start, or InputProblem: a UTF-8 BOM and a single-byte *given*.
+
+    A BOM says the file is UTF-8: read as Windows-1252 it would send ``ï»¿nome`` for
+    ``nome`` (the column not found, or a var by that name) and ``JoÃ£o`` for ``João``.
+    """
+    if given == UTF8:
+        return stream
+    if stream.seekable():
+        start = stream.tell()
+        head = stream.read(_BOM_SIZE)
+        stream.seek(start)
+    else:
+        head = b""
+        while len(head) < _BOM_SIZE and (more := stream.read(_BOM_SIZE - len(head))):
+            head += more
+        stream = io.BufferedReader(_Replay(head, stream))
+    if head == codecs.BOM_UTF8:
+        raise InputProblem(
+            f"the file starts with a UTF-8 BOM, so it is UTF-8, not {encoding_name(given)}: "
+            "give --encoding utf-8 (or leave --encoding out)"
+        )
+    return stream
 
 
 def _block(stream: IO[bytes]) -> bytes:
