@@ -42,6 +42,7 @@ from ._exceptions import (
     TokenUnavailableError,
     TransportError,
     UnauthorizedError,
+    UnknownArgumentError,
 )
 from ._fleet import DEFAULT_KEY_PREFIX, RedisRateLimiter, RedisTokenStore
 from ._models import (
@@ -113,6 +114,7 @@ __all__ = [
     "TokenUnavailableError",
     "TransportError",
     "UnauthorizedError",
+    "UnknownArgumentError",
     "ValidMessage",
     "ValidMessages",
     "__version__",
