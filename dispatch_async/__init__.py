@@ -44,6 +44,7 @@ from ._exceptions import (
     TokenUnavailableError,
     TransportError,
     UnauthorizedError,
+    UnknownArgumentError,
 )
 from ._fleet import (
     DEFAULT_KEY_PREFIX,
@@ -126,6 +127,7 @@ __all__ = [
     "TokenUnavailableError",
     "TransportError",
     "UnauthorizedError",
+    "UnknownArgumentError",
     "ValidMessage",
     "ValidMessages",
     "__version__",

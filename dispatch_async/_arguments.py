@@ -9,6 +9,7 @@ uses them.
 
 from __future__ import annotations
 
+import difflib
 import ssl
 from collections.abc import Callable, Collection, Iterable, Mapping, Set
 
@@ -17,11 +18,11 @@ import attrs
 from yarl import URL
 
 from ._auth import TOKEN_REQUESTS
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, UnknownArgumentError
 from ._retry import RetryPolicy
 from ._transport import has_control_characters
 
-__all__ = ["ARGUMENTS", "check_arguments"]
+__all__ = ["ARGUMENTS", "check_arguments", "unknown_argument"]
 
 
 @attrs.frozen
@@ -56,6 +57,16 @@ def _text(value: object) -> bool:
 
 def _with_methods(*names: str) -> Callable[[object], bool]:
     return lambda value: all(callable(getattr(value, name, None)) for name in names)
+
+
+def _region(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:  # the extra that reads local numbers (prevalidate) knows every region
+        from phonenumbers import SUPPORTED_REGIONS
+    except ImportError:
+        return len(value) == 2 and value.isascii() and value.isalpha() and value.isupper()
+    return value in SUPPORTED_REGIONS
 
 
 def _hooks(value: object) -> bool:
@@ -117,7 +128,11 @@ ARGUMENTS: Mapping[str, Argument] = {
     "max_concurrency": Argument("a positive integer", _count),
     "dedupe": Argument("True or False", _instance(bool)),
     "prevalidate": Argument("True or False", _instance(bool)),
-    "region": Argument('a region code such as "BR", or None', _instance(str), optional=True),
+    "region": Argument(
+        'a region code (ISO 3166 alpha-2, upper case) such as "BR", or None',
+        _region,
+        optional=True,
+    ),
     "deadline": Argument("a positive number of seconds, or None", _positive, optional=True),
     "exclude": Argument(
         "a set of numbers (not a list: each lookup would read it all), a callable, or None",
@@ -125,6 +140,7 @@ ARGUMENTS: Mapping[str, Argument] = {
         optional=True,
     ),
     "on_progress": Argument("a callable, or None", callable, optional=True),
+    "on_chunk": Argument("a callable, or None", callable, optional=True),
     "before_send": Argument("a coroutine function, or None", callable, optional=True),
 }
 
@@ -136,6 +152,40 @@ def check_arguments(arguments: Mapping[str, object]) -> None:
         if (value is None and argument.optional) or argument.accepts(value):
             continue
         given = type(value).__name__
-        if argument.shown and isinstance(value, bool | int | float):
-            given = f"{given} {value!r}"
+        if argument.shown and isinstance(value, bool | int | float | str):
+            given = f"{given} {value!r:.60}"
         raise ConfigurationError(f"{name} must be {argument.what}, not {given}")
+
+
+def unknown_argument(
+    function: Callable[..., object],
+    name: str,
+    also: Iterable[str] = (),
+    siblings: Iterable[Callable[..., object]] = (),
+) -> UnknownArgumentError:
+    """The error for keyword *name*, which *function* does not take.
+
+    Suggests the closest keyword it takes (its own, or *also*: the batch options), as
+    click's "Did you mean" does; failing that, names the *siblings* that take *name*.
+    """
+    method = _shown_name(function)
+    message = f"{method}() got an unexpected keyword argument {name!r}"
+    close = difflib.get_close_matches(name, [*_keywords(function), *also], n=1)
+    takers = [_shown_name(f) for f in siblings if name in _keywords(f)]
+    if close:
+        message += f"; did you mean {close[0]!r}?"
+    elif takers:
+        listed = ", ".join(takers[:-1]) + " and " if len(takers) > 1 else ""
+        message += f" ({listed}{takers[-1]} take{'' if len(takers) > 1 else 's'} it)"
+    return UnknownArgumentError(message)
+
+
+def _keywords(function: Callable[..., object]) -> tuple[str, ...]:
+    code = function.__code__
+    return code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+
+
+def _shown_name(function: Callable[..., object]) -> str:
+    """``send_template``; a class's name for its ``__init__``."""
+    qualname = function.__qualname__
+    return qualname[: -len(".__init__")] if qualname.endswith(".__init__") else function.__name__

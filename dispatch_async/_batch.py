@@ -76,6 +76,7 @@ class Batcher:
         self._sequence = isinstance(recipients, Sequence)
         self._unfinished = Unfinished()
         self._chunks = chunked(recipients, settings.chunk_size, self._unfinished)
+        self._sent = self._maybe_sent = 0  # for the warning when the call is cancelled
 
     async def parts(self) -> AsyncGenerator[DispatchResult, None]:
         """Each chunk's result as it completes; raises (after yielding all) if the job stops."""
@@ -83,6 +84,7 @@ class Batcher:
         async with contextlib.aclosing(self._run()) as parts:
             async for part in parts:
                 done += len(part.positions)
+                self._handed(part)
                 self._progress(done)
                 yield part
 
@@ -108,6 +110,7 @@ class Batcher:
         # slow source never keeps a free slot idle or a finished part from the caller.
         reading: asyncio.Task[Chunk | None] | None = None
         exhausted = False
+        cancelled = False
         stop: DispatchError | None = None
         try:
             while True:
@@ -196,11 +199,23 @@ class Batcher:
                 yield result_from_error(chunk, reason)
             if stop is not None:
                 raise stop
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         finally:
             if reading is not None:
                 await _cancelled(reading)
             if running:
-                await self._cancel(running, DeadlineExceededError, "the call was cancelled")
+                for part in await self._cancel(
+                    running, DeadlineExceededError, "the call was cancelled"
+                ):
+                    self._handed(part)
+            if cancelled:
+                log.warning(  # counts only: numbers are personal data
+                    "the call was cancelled: %s recipients sent, %s maybe sent",
+                    f"{self._sent:,}",
+                    f"{self._maybe_sent:,}",
+                )
             # Closed here, not left to the loop's finalizer, which would start a task for it.
             await self._chunks.aclose()
 
@@ -231,6 +246,18 @@ class Batcher:
         if before_send is None:
             return None
         return lambda: before_send(positions)
+
+    def _handed(self, part: DispatchResult) -> None:
+        """Count *part* and hand it to ``on_chunk``, before anything else is awaited."""
+        counts = part.counts
+        self._sent += counts["valid"]
+        self._maybe_sent += counts["maybe_sent"]
+        callback = self._settings.on_chunk
+        if callback is not None:
+            try:
+                callback(part)
+            except Exception:
+                log.exception("the on_chunk callback failed")
 
     def _progress(self, done: int) -> None:
         callback = self._settings.on_progress

@@ -5,16 +5,26 @@ A floor below the batcher and the local checks (`_screen`), which both read them
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Set
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Set
 from typing import TypedDict
 
 import attrs
 
-from ._arguments import check_arguments
+from ._arguments import check_arguments, unknown_argument
+from ._outcome import DispatchResult
 
-__all__ = ["BatchOptions", "BatchSettings", "BeforeSend", "ProgressCallback"]
+__all__ = [
+    "BatchOptions",
+    "BatchSettings",
+    "BeforeSend",
+    "ChunkCallback",
+    "ProgressCallback",
+    "check_options",
+]
 
 ProgressCallback = Callable[[int, int | None], object]
+#: Called with each chunk's result as it completes, before the call awaits again.
+ChunkCallback = Callable[[DispatchResult], object]
 #: Awaited with a chunk's input positions just before its request first leaves.
 BeforeSend = Callable[[range], Awaitable[object]]
 
@@ -56,6 +66,12 @@ class BatchSettings:
     ``before_send`` does."""
     on_progress: ProgressCallback | None = None
     """Called with (recipients done, total or None) as each chunk completes."""
+    on_chunk: ChunkCallback | None = None
+    """Called with each chunk's `DispatchResult` as it completes, before the call awaits
+    anything else: what went (ids included) is in the caller's hands before a cancel or
+    a timeout around the call can strike. When the call is cancelled, the chunks it had
+    in flight are passed too, failed (``maybe_sent``). An error it raises is logged and
+    the call goes on."""
     before_send: BeforeSend | None = None
     """Awaited with a chunk's input positions just before its request first leaves."""
 
@@ -74,4 +90,20 @@ class BatchOptions(TypedDict, total=False):
     deadline: float | None
     exclude: Set[str] | Callable[[str], object] | None
     on_progress: ProgressCallback | None
+    on_chunk: ChunkCallback | None
     before_send: BeforeSend | None
+
+
+_OPTION_NAMES = frozenset(attrs.fields_dict(BatchSettings))
+
+
+def check_options(
+    options: Mapping[str, object],
+    function: Callable[..., object],
+    siblings: Iterable[Callable[..., object]] = (),
+) -> None:
+    """Refuse a keyword in *options* that is no batch option: `UnknownArgumentError`
+    naming *function* (the method called) and the name meant."""
+    for name in options:
+        if name not in _OPTION_NAMES:
+            raise unknown_argument(function, name, sorted(_OPTION_NAMES), siblings)

@@ -31,6 +31,7 @@ from yarl import URL
 
 from ._arguments import check_arguments
 from ._auth import Secret, TokenRequest
+from ._batch_settings import check_options
 from ._exceptions import ConfigurationError, EventLoopError, SessionClosedError
 from ._outcome import DispatchResult
 from ._retry import RetryPolicy
@@ -53,6 +54,11 @@ T = TypeVar("T")
 _OWN_THREAD = (
     "a DispatchClient cannot wait for its own event loop (this is a hook or callback "
     "running on it): await the session's calls there instead"
+)
+_IN_A_LOOP = (
+    "a DispatchClient call blocks its thread until it is done, and this thread runs an "
+    "event loop, which would stand still meanwhile: in async code use DispatchSession "
+    "and await its calls (or run this call in a worker thread: asyncio.to_thread)"
 )
 _INSTALL_HINT = 'DispatchClient needs the sync extra: pip install "dispatch-async[sync]"'
 
@@ -102,10 +108,14 @@ class _Loop:
                     self._loop = portal.call(asyncio.get_running_loop)
         return self.session
 
-    def run(self, coroutine: Coroutine[Any, Any, T], pid: int | None = None) -> T:
+    def run(
+        self, coroutine: Coroutine[Any, Any, T], pid: int | None = None, *, closing: bool = False
+    ) -> T:
         """Run *coroutine* on the loop and wait; an interrupted caller (Ctrl-C) cancels it.
 
-        With *pid* (a stream's), refuse to go on in any other process.
+        With *pid* (a stream's), refuse to go on in any other process. Refused in a
+        thread that runs an event loop, unless *closing* (a stream's quick close, which
+        the garbage collector may start anywhere).
         """
         loop = self._loop
         tracked = self._tracked(coroutine)
@@ -116,6 +126,8 @@ class _Loop:
                 raise SessionClosedError("this DispatchClient is closed; create a new one")
             if threading.get_ident() == self._thread:
                 raise EventLoopError(_OWN_THREAD)  # waiting here would wait forever
+            if not closing and _loop_running():
+                raise EventLoopError(_IN_A_LOOP)
             future = asyncio.run_coroutine_threadsafe(tracked, loop)
         except BaseException:
             tracked.close()  # never started: no "never awaited" warning
@@ -255,7 +267,16 @@ def _iterate(
         # In another process, after the client closed, or from the loop's own thread (as
         # the garbage collector may): asyncio closes an abandoned generator itself.
         with contextlib.suppress(EventLoopError, SessionClosedError):
-            loop.run(_closed(parts, reading), pid)
+            loop.run(_closed(parts, reading), pid, closing=True)
+
+
+def _loop_running() -> bool:
+    """Whether this thread runs an event loop (that a blocking call would stall)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 # run_coroutine_threadsafe takes coroutines only: these wrap what the streams need.
@@ -292,7 +313,7 @@ class DispatchClient:
     The arguments are `DispatchSession`'s, except ``http_session`` (an aiohttp session
     belongs to one event loop, and the client's runs in its own thread); ``proxy``,
     ``trust_env`` and ``ssl`` are as there (docs/guides/networks.md). Callbacks
-    (``on_progress``, ``before_send``, hooks) run in that thread. Needs the ``sync``
+    (``on_progress``, ``on_chunk``, ``before_send``, hooks) run in that thread. Needs the ``sync``
     extra (anyio).
     """
 
@@ -317,6 +338,7 @@ class DispatchClient:
         **batch: Unpack[BatchOptions],
     ) -> None:
         check_arguments({k: v for k, v in locals().items() if k not in ("self", "batch")})
+        check_options(batch, DispatchClient.__init__)
         # The secret is kept masked: a traceback that shows locals reprs what the client holds.
         secret = Secret(client_secret)
         options = partial(

@@ -7,6 +7,7 @@ Which fields an endpoint *refuses* is decided by the signatures of the session's
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterable
 
 import attrs
@@ -121,6 +122,10 @@ def envelope(
             raise InputError(f"{name} must be a non-empty string, not {value!r}")
         if value is not None and not value.isascii() and not encodable(value):
             raise InputError(f"{name} has text that is not valid UTF-8 (a lone surrogate)")
+    for name in ("callback", "webhook"):
+        if (problem := _url_problem(fields[name])) is not None:
+            # Never the value: a callback URL carries its receiver's key.
+            raise InputError(f"{name} must be an http or https URL with a host: {problem}")
     return Envelope(
         account=str(account),
         campaign_name=campaign_name,
@@ -130,6 +135,22 @@ def envelope(
         template_id=template_id,
         webhook=webhook,
     )
+
+
+def _url_problem(url: str | None) -> str | None:
+    """What keeps *url* from being one the service can call back; None if nothing."""
+    if url is None:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        host = parts.hostname
+    except ValueError:
+        return "the value given is not a URL"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "the value given has no http:// or https:// scheme"
+    if not host:
+        return "the value given has no host"
+    return None
 
 
 def _fallbacks(fallback: Fallback | Iterable[Fallback] | None) -> tuple[Fallback, ...] | None:

@@ -5,11 +5,13 @@ Every exception the SDK raises on purpose is a ``DispatchError``::
     DispatchError
     ├── InputError (also ValueError)            bad arguments, found before anything is sent
     │   ├── InvalidRecipientError               a malformed recipient, with its position
+    │   ├── UnknownArgumentError (also TypeError)  a keyword the method does not take
     │   └── ConfigurationError                  a bad base URL, setting or environment variable
     │       └── RedisConfigurationError         the fleet's Redis answered that a setting is
     │                                           wrong (a Cluster not detected, a replica, an ACL)
     ├── SessionClosedError (also RuntimeError)  the session is not open
-    ├── EventLoopError (also RuntimeError)      used from an event loop it was not opened on
+    ├── EventLoopError (also RuntimeError)      used from an event loop it was not opened on,
+    │                                           or a DispatchClient called in a running loop
     ├── AuthenticationError                     the secret was rejected: retrying cannot help
     ├── TransportError                          the request did not complete
     │   ├── ConnectError                        never reached the service (maybe_sent=False)
@@ -63,7 +65,7 @@ from collections.abc import Mapping
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from ._outcome import DispatchError, FailedRecipientsError
-from ._redaction import redacted_excerpt
+from ._redaction import redacted_excerpt, service_reason
 
 __all__ = [
     "AuthenticationError",
@@ -98,6 +100,7 @@ __all__ = [
     "TokenUnavailableError",
     "TransportError",
     "UnauthorizedError",
+    "UnknownArgumentError",
     "status_error",
 ]
 
@@ -123,6 +126,11 @@ class InvalidRecipientError(InputError, TypeError):
         self.problem = problem
 
 
+class UnknownArgumentError(InputError, TypeError):
+    """A keyword argument the method does not take: the message names the method and,
+    when one is close, the argument meant ("did you mean 'chunk_size'?")."""
+
+
 class ConfigurationError(InputError):
     """A session setting (base URL, secret, environment variable) is unusable."""
 
@@ -141,7 +149,8 @@ class SessionClosedError(DispatchError, RuntimeError):
 
 
 class EventLoopError(DispatchError, RuntimeError):
-    """The session was used from an event loop other than the one it was opened on."""
+    """The session was used from an event loop other than the one it was opened on, or
+    a `DispatchClient` was called in a thread running an event loop (it would stall it)."""
 
 
 class AuthenticationError(DispatchError):
@@ -404,11 +413,12 @@ def status_error(
     if status == 403:
         return ForbiddenError.for_status(headers, excerpt)
     kept = {k: v for k, v in headers.items() if k.lower() in _SAFE_HEADERS}
-    message = (
-        "the service refused a fresh access token (HTTP 401)"
-        if cls is UnauthorizedError
-        else f"the service answered HTTP {status}"
-    )
+    if cls is UnauthorizedError:
+        message = "the service refused a fresh access token (HTTP 401)"
+    elif 400 <= status < 500 and (reason := service_reason(body, secrets)):
+        message = f"the service answered HTTP {status}: {reason}"  # why, for a log to show
+    else:
+        message = f"the service answered HTTP {status}"
     error = cls(message, status=status, headers=kept, body=excerpt)
     if isinstance(error, RateLimitedError | ServiceUnavailableError):
         error.retry_after = retry_after

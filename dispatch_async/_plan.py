@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ._batch_settings import BatchSettings
+from ._batch_settings import BatchSettings, check_options
 from ._endpoints import basic_text_warning
 from ._models import InvalidMessage, invalid_messages
 from ._recipients import BadChunkError, Chunk, Recipients, check_shape, chunked
@@ -60,6 +60,7 @@ async def plan(
     """
     if basic_text is not None and (warning := basic_text_warning(basic_text)) is not None:
         warnings.warn(warning, UserWarning, stacklevel=2)
+    check_options(options, plan)
     settings = BatchSettings(**options)
     check_shape(recipients)
     screen = Screen.of(settings)

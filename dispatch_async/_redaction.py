@@ -15,7 +15,44 @@ import re
 import string
 import urllib.parse
 
-__all__ = ["redacted", "redacted_excerpt", "url_secrets"]
+import orjson
+
+__all__ = ["masked_numbers", "redacted", "redacted_excerpt", "service_reason", "url_secrets"]
+
+#: The most characters of a service's reason put in an error's message.
+REASON_CHARS = 200
+#: A body larger than this is not parsed for its reason: its start is shown instead.
+_PARSED_BYTES = 64 * 1024
+#: Eight digits or more, maybe with "+", spaces, dots, hyphens or parentheses between:
+#: a phone number, to be masked in what is shown (personal data).
+_PHONE = re.compile(r"\+?\(?\d(?:[\s().-]{0,2}\d){7,}")
+
+
+def masked_numbers(text: str) -> str:
+    """*text* with each run that could be a phone number cut to ``***`` and its last two digits."""
+    return _PHONE.sub(lambda found: "***" + found[0][-2:], text)
+
+
+def service_reason(body: bytes, secrets: tuple[str, ...]) -> str:
+    """Why a refusing service refused, made safe for an error's message.
+
+    Its JSON ``message`` (else ``error`` or ``detail``) when the body is a JSON object
+    that has one, else the start of the body; on one line, at most `REASON_CHARS`
+    characters, with *secrets* blanked out and phone numbers masked. Empty without a body.
+    """
+    text = None
+    if len(body) <= _PARSED_BYTES:
+        try:
+            answer = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            answer = None
+        if isinstance(answer, dict):
+            said = (answer.get(key) for key in ("message", "error", "detail"))
+            text = next((s for s in said if isinstance(s, str) and s.strip()), None)
+    if text is None:
+        text = redacted_excerpt(body, secrets, REASON_CHARS * 2)
+    text = masked_numbers(redacted(" ".join(text.split()), secrets))
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
 
 
 def redacted(text: str, secrets: tuple[str, ...]) -> str:

@@ -13,6 +13,7 @@ from collections.abc import AsyncGenerator, Iterable
 from typing import TYPE_CHECKING
 
 from ._batch import collected
+from ._batch_settings import check_options
 from ._endpoints import BASIC, SINGLE, TEMPLATE, WEBHOOK, Endpoint, basic_text_warning, envelope
 from ._models import Fallback
 from ._outcome import DispatchResult
@@ -65,6 +66,7 @@ class Sending:
         options (`BatchOptions`) override the session's for this call. An error that
         stops the job carries what was sent so far as ``error.result``.
         """
+        check_options(options, Sending.send_template, _SENDS)
         return await collected(
             self.stream_template(
                 recipients,
@@ -95,6 +97,7 @@ class Sending:
         are as for `send_template`. A text over `BASIC_TEXT_MAX_BYTES` UTF-8 bytes is
         sent, with a warning logged (see `basic_text_warning`).
         """
+        check_options(options, Sending.send_basic, _SENDS)
         return await collected(
             self.stream_basic(
                 recipients,
@@ -123,6 +126,7 @@ class Sending:
         Returns one `DispatchResult` for all of them, in input order; the arguments
         are as for `send_template`.
         """
+        check_options(options, Sending.send_single, _SENDS)
         return await collected(
             self.stream_single(
                 recipients,
@@ -153,6 +157,7 @@ class Sending:
         Returns one `DispatchResult` for every recipient, in input order; the arguments
         are as for `send_template`.
         """
+        check_options(options, Sending.send_webhook, _SENDS)
         return await collected(
             self.stream_webhook(
                 recipients,
@@ -185,6 +190,7 @@ class Sending:
         early in ``contextlib.aclosing`` (``contextlib.closing`` for a `DispatchClient`'s):
         it cancels the chunks in flight at once.
         """
+        check_options(options, Sending.stream_template, _STREAMS)
         fields = envelope(
             TEMPLATE,
             account=account or self.account,
@@ -208,6 +214,7 @@ class Sending:
         **options: Unpack[BatchOptions],
     ) -> AsyncGenerator[DispatchResult, None]:
         """`send_basic`, yielding a `DispatchResult` per chunk as each completes."""
+        check_options(options, Sending.stream_basic, _STREAMS)
         if isinstance(text, str) and (warning := basic_text_warning(text)) is not None:
             log.warning("%s", warning)
         fields = envelope(
@@ -232,6 +239,7 @@ class Sending:
         **options: Unpack[BatchOptions],
     ) -> AsyncGenerator[DispatchResult, None]:
         """`send_single`, yielding a `DispatchResult` per chunk as each completes."""
+        check_options(options, Sending.stream_single, _STREAMS)
         fields = envelope(
             SINGLE,
             account=account or self.account,
@@ -256,6 +264,7 @@ class Sending:
         **options: Unpack[BatchOptions],
     ) -> AsyncGenerator[DispatchResult, None]:
         """`send_webhook`, yielding a `DispatchResult` per chunk as each completes."""
+        check_options(options, Sending.stream_webhook, _STREAMS)
         fields = envelope(
             WEBHOOK,
             account=account or self.account,
@@ -267,3 +276,13 @@ class Sending:
             callback=callback,
         )
         return self._job(WEBHOOK, fields, recipients, options)
+
+
+# For "send_basic and send_single take it" when a keyword belongs to another endpoint.
+_SENDS = (Sending.send_template, Sending.send_basic, Sending.send_single, Sending.send_webhook)
+_STREAMS = (
+    Sending.stream_template,
+    Sending.stream_basic,
+    Sending.stream_single,
+    Sending.stream_webhook,
+)

@@ -19,7 +19,7 @@ from . import _instrument
 from ._arguments import check_arguments
 from ._auth import Secret, TokenEndpoint, TokenKeeper, TokenRequest
 from ._batch import STOPS_THE_JOB, Batcher
-from ._batch_settings import BatchSettings
+from ._batch_settings import BatchSettings, check_options
 from ._endpoints import Endpoint
 from ._environment import settings_from_env
 from ._exceptions import (
@@ -72,7 +72,8 @@ class DispatchSession(Sending):
     ``token_store`` (`RedisTokenStore`) shares one token with other processes, ``rate_limiter``
     (`RedisRateLimiter`) a rate limit, on top of this process's; the session closes both.
     The batcher settings (``chunk_size``, ``max_concurrency``, ``dedupe``,
-    ``prevalidate``, ``region``, ``deadline``, ``on_progress``) can be overridden per call.
+    ``prevalidate``, ``region``, ``deadline``, ``on_progress``, ``on_chunk``) can be
+    overridden per call.
     ``hooks`` (see `dispatch_async.instrumentation`) replace the global hooks for this session.
     ``token_request`` is how the token request's body is encoded: ``"form"`` (as the API
     documentation says), ``"json"`` (as the vendor's example sends it), or ``"auto"``:
@@ -121,6 +122,7 @@ class DispatchSession(Sending):
         **batch: Unpack[BatchOptions],
     ) -> None:
         check_arguments({k: v for k, v in locals().items() if k not in ("self", "batch")})
+        check_options(batch, DispatchSession.__init__)
         self._secret = Secret(client_secret)
         self.base_url = check_base_url(base_url)
         self.account = account
@@ -192,6 +194,7 @@ class DispatchSession(Sending):
         handler can make one per request. Closing a view does nothing: close the session.
         """
         check_arguments({"retry": retry, **({} if timeout is None else {"timeout": timeout})})
+        check_options(batch, DispatchSession.with_options)
         view = copy.copy(self)
         view._owns = False
         if timeout is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import itertools
@@ -171,6 +172,23 @@ class TestInterruptions:
         with pytest.raises(da.CallbackError) as caught:
             client.send_basic(numbers(1), text="x", before_send=before_send)
         assert isinstance(caught.value.__cause__, da.EventLoopError)
+
+
+class TestCalledInsideARunningEventLoop:
+    async def test_a_call_is_refused_before_it_stalls_the_loop(
+        self, client: da.DispatchClient, simulator: ThreadedSimulator
+    ) -> None:
+        with pytest.raises(da.EventLoopError, match="use DispatchSession and await"):
+            client.send_basic(numbers(1), text="x")
+        with pytest.raises(da.EventLoopError, match=r"asyncio\.to_thread"):
+            client.stream_basic(numbers(1), text="x")
+        assert simulator.server.stats.dispatch_calls == 0
+
+    async def test_from_a_worker_thread_of_that_loop_it_works(
+        self, client: da.DispatchClient
+    ) -> None:
+        result = await asyncio.to_thread(client.send_basic, numbers(2), text="x")
+        assert len(result.valid) == 2
 
 
 class TestStreams:

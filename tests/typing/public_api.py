@@ -51,6 +51,7 @@ async def bulk(rows: list[dict[str, object]]) -> None:
             ["+5511987654321"],
             webhook="https://hooks.example.com",
             on_progress=lambda done, total: print(done, total),
+            on_chunk=lambda part: print(len(part.valid)),
             retry_policy_is_not_an_option=True,  # type: ignore[call-arg]
         )
 
@@ -67,6 +68,9 @@ async def shared_http(http: aiohttp.ClientSession) -> None:
     ) as session:
         try:
             await session.send_single(["+5511987654321"], text="x", account="other")
+        except da.UnknownArgumentError as error:
+            wrong: TypeError = error
+            print(wrong)
         except da.AuthenticationError as error:
             partial: da.DispatchResult | None = error.result
             print(partial)

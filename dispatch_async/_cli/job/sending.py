@@ -24,7 +24,7 @@ import dispatch_async as da
 
 from ..reading.input import Row
 from ..screen.advice import LocalNumbers
-from ..screen.causes import Causes, said
+from ..screen.causes import Causes
 from ..screen.outcomes import Failure
 from ..screen.problem import FAILED, Problem
 from ..screen.progress import Progress, Tally
@@ -181,8 +181,6 @@ class SendJob:
             return f"the job was {cause} before this was sent", "Interrupted"
         if isinstance(error, da.InputError) and cause is not None and cause is self._failure:
             return f"the job stopped before this was sent: {cause}", "Interrupted"
-        if isinstance(error, da.ClientStatusError) and error.body:
-            return f"{error}: {said(error.body)}", type(error).__name__
         return str(error), type(error).__name__
 
     def _unaccounted(self, rows: Iterable[Row], *, maybe_sent: bool) -> list[bytes]:

@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import attrs
-import orjson
 
 from .outcomes import Failure
 
-__all__ = ["Causes", "line_ranges", "said"]
+__all__ = ["Causes", "line_ranges"]
 
 #: How many line ranges of one cause the summary lists before it only counts them.
 _SHOWN_RANGES = 5
@@ -83,14 +82,3 @@ def line_ranges(lines: Iterable[int], most: int | None = None) -> str:
 
 def _rows(count: int) -> str:
     return f"{count:,} row" if count == 1 else f"{count:,} rows"
-
-
-def said(body: str) -> str:
-    """What a refusing service said: its JSON ``message``, else the start of its body."""
-    try:
-        answer = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        answer = None
-    if isinstance(answer, dict) and isinstance(answer.get("message"), str):
-        return str(answer["message"])[:300]
-    return " ".join(body.split())[:300]
