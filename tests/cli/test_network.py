@@ -17,8 +17,8 @@ import pytest
 from dispatch_async.testing import FakeDispatchServer
 from tests.cli_helpers import dispatch_async, outcomes, write_csv
 from tests.conftest import numbers
+from tests.network._daemon import free_port
 from tests.network._nginx import (
-    PREFIX,
     Nginx,
     ca_file_fixture,
     ca_fixture,
@@ -111,6 +111,16 @@ class TestProxies:
         assert "wrong-9d2f" not in line
         assert not (tmp_path / "r.jsonl").exists()
 
+    async def test_the_demo_goes_to_its_own_simulator_whatever_proxy_is_set(
+        self, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens: every try refused
+        env |= {"HTTP_PROXY": nowhere, "HTTPS_PROXY": nowhere, "TMPDIR": str(tmp_path)}
+        out = tmp_path / "demo.jsonl"
+        run = await dispatch_async("demo", "--recipients", "20", "-q", "-o", out, env=env)
+        assert run.code == 0, run.stderr
+        assert outcomes(out)["not_sent"] == 0
+
 
 class TestPrivateCAs:
     async def test_a_certificate_failing_verification_exits_2_naming_ca_file(
@@ -137,32 +147,17 @@ class TestPrivateCAs:
         )
 
 
-class TestABaseURLSetUpWrong:
-    async def test_one_without_the_proxys_prefix_exits_2_naming_base_url(
-        self, env: dict[str, str], nginx: Nginx, ca_file: Path, contacts: Path, tmp_path: Path
-    ) -> None:
-        assert nginx.base_url.endswith(PREFIX)
-        env |= {
-            "DISPATCH_BASE_URL": nginx.base_url.removesuffix(PREFIX),
-            "DISPATCH_CA_FILE": str(ca_file),
-        }
-        run = await dispatch_async(*send("-i", contacts, "-o", tmp_path / "r.jsonl"), env=env)
-        assert run.code == 2, run.stderr
-        line = error_line(run.stderr)
-        assert "was not found (HTTP 404): --base-url (DISPATCH_BASE_URL) looks wrong" in line
-        assert "base_url" not in line
+# -- behind a plain nginx: a base URL set up wrong, a body too large -----------------
 
-
-# -- a body too large ---------------------------------------------------------------
-
-#: nginx's limit here: a chunk of the CSV below is over it, a row of it under.
+#: The limit of `small_nginx`: a chunk of `big_csv` is over it, a row of it under.
 BODY_LIMIT = 64 * 1024
 PIX = "0" * 600
 
 
 @pytest.fixture(name="small_nginx")
 def small_nginx_fixture(server: FakeDispatchServer, tmp_path: Path) -> Iterator[Nginx]:
-    """nginx taking bodies up to `BODY_LIMIT`, in front of the simulator (plain http)."""
+    """nginx in front of the simulator (plain http, no prefix) taking bodies up to
+    `BODY_LIMIT`."""
     config = f"""
         client_max_body_size {BODY_LIMIT // 1024}k;
         location / {{
@@ -173,6 +168,19 @@ def small_nginx_fixture(server: FakeDispatchServer, tmp_path: Path) -> Iterator[
     """
     with start_nginx(tmp_path / "small-nginx", config) as running:
         yield running
+
+
+class TestABaseURLSetUpWrong:
+    async def test_one_ending_in_api_v3_exits_2_naming_base_url(
+        self, env: dict[str, str], small_nginx: Nginx, contacts: Path, tmp_path: Path
+    ) -> None:
+        env["DISPATCH_BASE_URL"] = f"{small_nginx.url}/api/v3"
+        run = await dispatch_async(*send("-i", contacts, "-o", tmp_path / "r.jsonl"), env=env)
+        assert run.code == 2, run.stderr
+        line = error_line(run.stderr)
+        assert "was not found (HTTP 404): --base-url (DISPATCH_BASE_URL) looks wrong" in line
+        assert "leave /api/v3 out of it" in line
+        assert "POST /api/v3/oauth/token" in small_nginx.requests()
 
 
 def big_csv(path: Path, count: int, too_large: int | None = None) -> Path:

@@ -138,6 +138,8 @@ class Connection:
     proxy: str | None = attrs.field(default=None, repr=False)
     #: ``--ca-file``: a CA trusted besides the system's.
     ca_file: Path | None = None
+    #: Whether HTTPS_PROXY and the like count (not for the demo's own simulator).
+    trust_env: bool = True
 
     def rate_options(self) -> dict[str, Any]:
         """The rate, as a session and a ``RedisRateLimiter`` take it."""
@@ -164,6 +166,7 @@ class Connection:
                 timeout=self.timeout,
                 retry=da.RetryPolicy(attempts=self.attempts, max_time=self.max_retry_time),
                 proxy=self.proxy,
+                trust_env=self.trust_env,
                 ssl=self._trusted(),
                 **options,
             )
