@@ -101,7 +101,8 @@ async def run_demo(
                 fallback_sms="Seu Pix vence hoje",
                 callback=receiver.url,
             ),
-            connection=Connection(server.url, secret, "demo"),
+            # The simulator is in this process: a proxy of the environment cannot reach it.
+            connection=Connection(server.url, secret, "demo", trust_env=False),
             input=InputSpec(str(contacts), "csv"),
             output=output if output is not None else workdir / "results.jsonl",
             display=display,

@@ -82,6 +82,20 @@ connection_options = _options(
         "flags show in ps).",
     ),
     click.option(
+        "--proxy",
+        metavar="URL",
+        envvar="DISPATCH_PROXY",
+        help="Forward proxy to the service, http://[USER:PASSWORD@]HOST:PORT (never shown) "
+        "[DISPATCH_PROXY; else HTTPS_PROXY, unless NO_PROXY names the host].",
+    ),
+    click.option(
+        "--ca-file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        envvar="DISPATCH_CA_FILE",
+        help="PEM file of a private CA to trust as well as the system's (a company's "
+        "TLS inspection, an internal certificate) [DISPATCH_CA_FILE].",
+    ),
+    click.option(
         "--rate",
         metavar="RATE|auto",
         callback=_rate,
@@ -161,6 +175,8 @@ def connection(options: dict[str, Any]) -> Connection:
         max_retry_time=options["max_retry_time"],
         rate=options["rate"],
         max_rate=options["max_rate"],
+        proxy=options["proxy"] or None,
+        ca_file=options["ca_file"],
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import TypeGuard
 
 import orjson
 
@@ -23,8 +24,10 @@ import dispatch_async as da
 from ..reading.exclude import ExcludeList
 from ..reading.input import count_lines, line_bound
 from ..screen.advice import export_command, too_many_invalid
-from ..screen.problem import FAILED, OK, Problem
+from ..screen.flags import in_our_words
+from ..screen.problem import FAILED, OK, USAGE, Problem
 from ..screen.progress import logging_to, make_progress, render_summary
+from ..screen.words import counted
 from .journal import JobFiles, Recorded
 from .resume import as_read
 from .sending import SendJob
@@ -63,7 +66,7 @@ async def run_send(spec: JobSpec) -> int:
                     **spec.settings.options(),
                 )
             except da.DispatchError as exc:
-                raise Problem(str(exc)) from None
+                raise Problem(in_our_words(exc)) from None
             await _check_credentials(session)
             exclude = await load_exclude(spec)
             recorded = files.start(
@@ -119,10 +122,24 @@ async def _check_credentials(session: da.DispatchSession) -> None:
     """A token now, before the input is read or a file created (Problem if none)."""
     try:
         await session.check_credentials()
-    except da.AuthenticationError as exc:  # a refused secret, or this caller (403)
-        raise Problem(f"{exc}; nothing was sent or written") from None
-    except da.DispatchError as exc:  # the token endpoint could not be reached
-        raise Problem(f"{exc}; nothing was sent or written", FAILED) from None
+    except da.DispatchError as exc:
+        # A refused secret, this caller (403), or a way to the service set up wrong are
+        # the configuration's (2); a service that could not be reached may come back (1).
+        code = USAGE if _unhealable(exc) else FAILED
+        said = in_our_words(exc)
+        if _NOTHING in said:  # the SDK says so already: once is enough
+            said = said.replace(_NOTHING, f"{_NOTHING} or written", 1)
+        else:
+            said += f"; {_NOTHING} or written"
+        raise Problem(said, code) from None
+
+
+_NOTHING = "nothing was sent"
+
+
+def _unhealable(error: da.DispatchError | None) -> TypeGuard[da.DispatchError]:
+    """Whether only a change of configuration can cure *error* (exit 2)."""
+    return isinstance(error, da.AuthenticationError | da.NetworkConfigurationError)
 
 
 def _intro(spec: JobSpec, recorded: Recorded) -> str:
@@ -174,8 +191,8 @@ def _conclude(spec: JobSpec, job: SendJob, ended: da.DispatchError | None) -> in
         print(local, file=err)
         again = export_command(spec.output, "invalid", spec.input.path)
         print(f"  to send the rows rejected: {again}, then send that file as a new job", file=err)
-    if isinstance(ended, da.AuthenticationError):
-        raise Problem(str(ended))
+    if _unhealable(ended):
+        raise Problem(in_our_words(ended))
     failure = job.failure
     if isinstance(failure, Problem):
         raise failure
@@ -194,14 +211,24 @@ def _conclude(spec: JobSpec, job: SendJob, ended: da.DispatchError | None) -> in
     totals = job.counts()
     code = OK if job.complete and ended is None else FAILED
     not_sent, maybe_sent = totals["not_sent"], totals["maybe_sent"]
+    too_large = tally.too_large
     if not_sent or maybe_sent:
-        hint = "; --resume sends the not_sent ones again" if not_sent else ""
+        others = "other " if too_large else ""
+        hint = f"; --resume sends the {others}not_sent ones again" if not_sent > too_large else ""
         print(
             f"failed: {not_sent:,} not_sent, {maybe_sent:,} maybe_sent "
             f'(see "outcome" in {spec.output}){hint}',
             file=err,
         )
         code = FAILED
+    if too_large:
+        print(
+            f"{counted(too_large, 'row')} not sent as the server takes no request that "
+            "large, even of one recipient (HTTP 413): their vars are too long, and --resume "
+            "would be refused the same way; shorten them, or raise the server's limit (nginx: "
+            "client_max_body_size)",
+            file=err,
+        )
     if maybe_sent and spec.output is not None:
         print(
             "maybe_sent rows may have reached the service: check them before sending them "

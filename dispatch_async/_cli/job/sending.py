@@ -25,6 +25,7 @@ import dispatch_async as da
 from ..reading.input import Row
 from ..screen.advice import LocalNumbers
 from ..screen.causes import Causes
+from ..screen.flags import in_our_words
 from ..screen.outcomes import Failure
 from ..screen.problem import FAILED, Problem
 from ..screen.progress import Progress, Tally
@@ -165,6 +166,9 @@ class SendJob:
         tally.requests += part.requests
         tally.retries += part.retries
         tally.unexpected += len(part.unexpected)
+        if part.split_to is not None:
+            tally.split_to = min(part.split_to, tally.split_to or part.split_to)
+        tally.too_large += sum(isinstance(f.error, da.RequestTooLargeError) for f in part.failed)
         self._files.append(records)
         if part.invalid:
             self.local.add(part.invalid)
@@ -181,7 +185,9 @@ class SendJob:
             return f"the job was {cause} before this was sent", "Interrupted"
         if isinstance(error, da.InputError) and cause is not None and cause is self._failure:
             return f"the job stopped before this was sent: {cause}", "Interrupted"
-        return str(error), type(error).__name__
+        # A status error's message carries the service's reason (a proxy's HTML page, as
+        # a 413's body is, is no reason): the message alone, in the command line's words.
+        return in_our_words(error), type(error).__name__
 
     def _unaccounted(self, rows: Iterable[Row], *, maybe_sent: bool) -> list[bytes]:
         why = (

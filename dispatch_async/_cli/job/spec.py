@@ -7,6 +7,7 @@ never writes a chunk size, a concurrency or a retry count of its own.
 from __future__ import annotations
 
 import inspect
+import ssl
 import sys
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ import attrs
 import dispatch_async as da
 
 from ..reading.input import Format, InputProblem, Rows, open_rows
+from ..screen.flags import CA_FILE, in_our_words
 from ..screen.problem import Problem
 
 __all__ = [
@@ -131,6 +133,12 @@ class Connection:
     rate: float | Literal["auto"] | None = None
     #: With ``rate="auto"``: the most it may learn.
     max_rate: float | None = None
+    #: ``--proxy``: its URL may hold a password. None: the environment's (HTTPS_PROXY).
+    proxy: str | None = attrs.field(default=None, repr=False)
+    #: ``--ca-file``: a CA trusted besides the system's.
+    ca_file: Path | None = None
+    #: Whether HTTPS_PROXY and the like count (not for the demo's own simulator).
+    trust_env: bool = True
 
     def rate_options(self) -> dict[str, Any]:
         """The rate, as a session and a ``RedisRateLimiter`` take it."""
@@ -156,10 +164,22 @@ class Connection:
                 account=self.account,
                 timeout=self.timeout,
                 retry=da.RetryPolicy(attempts=self.attempts, max_time=self.max_retry_time),
+                proxy=self.proxy,
+                trust_env=self.trust_env,
+                ssl=self._trusted(),
                 **options,
             )
         except (da.DispatchError, ValueError, TypeError) as exc:
-            raise Problem(str(exc)) from None
+            raise Problem(in_our_words(exc)) from None
+
+    def _trusted(self) -> ssl.SSLContext | None:
+        """The system's CAs and ``--ca-file``'s; None without it (the environment's)."""
+        if self.ca_file is None:
+            return None
+        try:
+            return da.ssl_context(self.ca_file)
+        except da.ConfigurationError as exc:
+            raise Problem(f"{CA_FILE}: {exc}") from None
 
 
 @attrs.frozen

@@ -22,6 +22,7 @@ import dispatch_async as da
 from ..job.records import failed_record, malformed_record, part_records
 from ..job.spec import Connection, Target
 from ..reading.input import Row
+from ..screen.flags import in_our_words
 from ..screen.problem import Problem
 from .chunks import (
     DONE,
@@ -216,7 +217,7 @@ class Worker:
             stop = error
         for row, done in zip(sendable, covered, strict=True):
             if not done:
-                why = f"the job stopped before this was sent: {stop}"
+                why = f"the job stopped before this was sent: {in_our_words(stop)}"
                 records.append(
                     failed_record(
                         row.line, row.number, maybe_sent=False, error=why, error_type="Stopped"
@@ -277,7 +278,7 @@ def _session(config: WorkerConfig) -> da.DispatchSession:
         )
         store = da.RedisTokenStore(config.queue_url, key_prefix=config.key_prefix)
     except da.DispatchError as exc:
-        raise Problem(str(exc)) from None
+        raise Problem(in_our_words(exc)) from None
     return connection.session(token_store=store, rate_limiter=limiter)
 
 

@@ -223,6 +223,11 @@ class Tally:
     requests: int = 0
     retries: int = 0
     unexpected: int = 0
+    #: The fewest recipients per request the server took after refusing a body as too
+    #: large (HTTP 413); None if it refused none.
+    split_to: int | None = None
+    #: Rows not sent because the server refused even a request of theirs alone (413).
+    too_large: int = 0
     started: float = attrs.field(factory=time.monotonic)
     ended: float | None = None
 
@@ -271,6 +276,12 @@ def render_summary(
         f"  {counted(tally.requests, 'request')}, {counted(tally.retries, 'retry', 'retries')}, "
         f"{rate:,.0f} recipients/s"
     )
+    # Down to one per request for rows too large alone, the size is no advice.
+    if tally.split_to is not None and (tally.split_to > 1 or not tally.too_large):
+        lines.append(
+            "  the server refused requests as too large (HTTP 413): chunks went in parts of "
+            f"{tally.split_to:,}; --chunk-size {tally.split_to} sends them so from the start"
+        )
     if tally.malformed:
         lines.append(f"  invalid includes {counted(tally.malformed, 'malformed input row')}")
     if tally.excluded:
