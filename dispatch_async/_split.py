@@ -4,8 +4,9 @@ A 413 means the request was refused before anything was acted on (nginx's
 ``client_max_body_size`` is 1 MB by default; a thousand recipients with a few vars
 exceed it). The chunk's recipients are sent again in halves, a refused half halved
 again, down to one recipient per request; a recipient refused alone is not sent. The
-call remembers the part size (`PartSize`), so its later chunks go out in parts at once:
-one 413 per chunk in flight when the first came, not one per chunk of the call. The
+call remembers the largest part that went through (`PartSize`), so its later chunks go
+out in parts of that size at once: a 413 per chunk in flight until one chunk went
+through in parts, not one per chunk of the call. The
 parts of a chunk leave one after another, so a call never has more requests in flight
 than ``max_concurrency``. A call without a 413 pays one comparison per chunk.
 """
@@ -32,21 +33,27 @@ OnSplit = Callable[[Chunk, int | None, int], None]
 
 @attrs.define
 class PartSize:
-    """The most recipients per request one call sends, once its server refused more."""
+    """The most recipients per request one call sends, once its server refused more.
+
+    Learned from the parts that went through, not from the refusals, and only from a
+    chunk that had a part refused with no recipient too large alone in it: a part is
+    refused for holding too many recipients or one too large alone, and halving the
+    call's size on every refusal would send the whole call one recipient per request
+    for the sake of that one recipient.
+    """
 
     most: int | None = None
-    """None until a request is refused as too large; then never larger again."""
+    """None until a chunk was sent in parts; then the largest part of such a chunk that
+    went through (the smallest of these over the call's chunks)."""
 
     def fits(self, count: int) -> bool:
         """Whether *count* recipients may go in one request."""
         return self.most is None or count <= self.most
 
-    def refused(self, count: int) -> int:
-        """A request of *count* recipients was refused: the part size from now on."""
-        half = (count + 1) // 2
-        if self.most is None or half < self.most:
-            self.most = half
-        return self.most
+    def learned(self, largest: int) -> None:
+        """A chunk sent in parts got parts of *largest* recipients through."""
+        if largest and (self.most is None or largest < self.most):
+            self.most = largest
 
 
 @attrs.define
@@ -104,6 +111,9 @@ async def in_parts(
     todo: deque[tuple[int, int, RequestTooLargeError | None]] = deque(
         [(0, len(chunk.messages), refused)]
     )
+    largest = 0  # the most recipients of one part that went through
+    refusals: list[tuple[int, int]] = []  # the parts of several recipients refused
+    alone: list[int] = []  # the recipients refused alone
     while todo:
         begin, end, error = todo.popleft()
         part = chunk.part(begin, end)
@@ -117,17 +127,25 @@ async def in_parts(
                 result = await send(part)
             except RequestTooLargeError as too_large:
                 error = too_large
+            else:
+                largest = max(largest, end - begin)
         if error is not None:
             if end - begin > 1:
-                most = size.refused(end - begin)
+                refusals.append((begin, end))
+                half = (end - begin + 1) // 2
                 if on_split is not None:
-                    on_split(part, error.request_bytes, most)
-                todo.extendleft(reversed([(a, b, None) for a, b in spans(begin, end, most)]))
+                    on_split(part, error.request_bytes, half)
+                todo.extendleft(reversed([(a, b, None) for a, b in spans(begin, end, half)]))
                 continue
+            alone.append(begin)
             result = result_from_error(part, RequestTooLargeError.for_one_recipient(error))
         progress.answered.append(result)
         progress.upto = progress.sending = end
-        progress.size = size.most or 0
+        progress.size = largest
+    if any(not any(b <= a < e for a in alone) for b, e in refusals):
+        size.learned(largest)  # a part was refused for its size, not for one recipient
+    elif refusals:
+        progress.size = 0  # each refusal held a recipient too large alone: no news
     return _whole(chunk, flight, progress.answered)
 
 

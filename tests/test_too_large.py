@@ -134,6 +134,26 @@ class TestARecipientTooLargeAlone:
         assert result.split_to is None  # nothing was split
         assert result.requests == 1
 
+    @pytest.mark.parametrize("where", [0, 75, 149])
+    async def test_leaves_the_calls_other_chunks_in_parts_of_the_size_that_went_through(
+        self, where: int
+    ) -> None:
+        """One recipient too large alone is no news of the server's limit: the call's
+        other chunks go out whole, not one recipient per request."""
+        given = recipients(600)
+        given[where] = da.Recipient(given[where].number, vars={"note": "x" * 400_000})
+        result, server = await send(FITS_250, given, chunk_size=150, max_concurrency=1, hooks=[])
+        assert result.counts["valid"] == 599
+        [failed] = result.failed
+        assert failed.position == where
+        assert isinstance(failed.error, da.RequestTooLargeError)
+        assert sent_once(server, 599)
+        assert result.split_to is None
+        assert server.stats.status_counts[413] <= 9  # the first chunk's, halved to one
+        # The first chunk: halved down to the one recipient (a 413 and a part at each
+        # step); the three others whole.
+        assert result.requests <= 1 + 2 * 8 + 3
+
 
 class TestAChunkEndedMidway:
     """A chunk stopped while its parts go out keeps what was answered."""
