@@ -368,7 +368,6 @@ def _parse_entry(entry: bytes, path: Path) -> Runs:
         raise Problem(f"{path} has an entry that is not a range: {entry[:80]!r}") from None
     if not encoded:  # version 1 or 2: a range, without fingerprints
         return [(first, last, None, None) for first, last in runs]
-    since = _since(started, entry, path) if started else None
     crcs = array("I")
     try:
         crcs.frombytes(base64.b64decode(encoded, validate=True))
@@ -383,6 +382,7 @@ def _parse_entry(entry: bytes, path: Path) -> Runs:
         )
     if sys.byteorder != "little":  # pragma: no cover
         crcs.byteswap()
+    since = _since(started, entry, path) if started else None
     parsed: Runs = []
     at = 0
     for first, last in runs:
