@@ -19,6 +19,7 @@ from dispatch_async.callbacks import (
     CallbackReceiver,
     DeliveryStatus,
     DeliveryTracker,
+    MaybeSentResolution,
     aiohttp_handler,
     parse_event,
     resolve_maybe_sent,
@@ -264,5 +265,64 @@ class TestOneReferenceOneRecipient:
             tracker,
             campaign_name=CAMPAIGN,
             known_ids={"answered-in-another-run"},
+        )
+        assert resolution.confirmed == []
+
+
+class TestRecipientsOfSeveralCalls:
+    """A number in two calls (a job stopped, then resumed and stopped again), resolved
+    together, each recipient with its own call's start: a callback is only a recipient's
+    whose call started before it."""
+
+    FIRST = dt.datetime(2024, 7, 1, 12, 0, tzinfo=dt.UTC)
+    SECOND = dt.datetime(2024, 7, 1, 13, 0, tzinfo=dt.UTC)
+
+    async def resolve(
+        self, tracker: DeliveryTracker, *callbacks: tuple[str, str]
+    ) -> MaybeSentResolution:
+        number = numbers(1)[0]
+        first, _ = await maybe_sent_result([da.Recipient(number, ref="first")])
+        second, _ = await maybe_sent_result([da.Recipient(number, ref="second")])
+        for reference, at in callbacks:
+            await record(tracker, reference, number, at=at)
+        starts = {"first": self.FIRST, "second": self.SECOND}
+        return await resolve_maybe_sent(
+            [*first.failed, *second.failed],
+            tracker,
+            campaign_name=CAMPAIGN,
+            sent_after=lambda failed: starts[failed.ref],
+        )
+
+    async def test_a_callback_either_call_could_have_caused_confirms_neither(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        resolution = await self.resolve(tracker, ("r-1", "2024-07-01T13:00:01Z"))
+        assert resolution.confirmed == []
+        assert [f.ref for f in resolution.unconfirmed] == ["first", "second"]
+
+    async def test_a_callback_from_before_the_later_call_is_the_earlier_ones(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        resolution = await self.resolve(tracker, ("r-1", "2024-07-01T12:10:00Z"))
+        assert [(m.id, m.ref) for m in resolution.confirmed] == [("r-1", "first")]
+        assert [f.ref for f in resolution.unconfirmed] == ["second"]
+
+    async def test_a_callback_after_each_start_confirms_both(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        resolution = await self.resolve(
+            tracker, ("late", "2024-07-01T13:00:01Z"), ("early", "2024-07-01T12:10:00Z")
+        )
+        assert sorted((m.ref, m.id) for m in resolution.confirmed) == [
+            ("first", "early"),
+            ("second", "late"),
+        ]
+        assert resolution.unconfirmed == []
+
+    async def test_a_callback_older_than_every_call_confirms_none(
+        self, tracker: DeliveryTracker
+    ) -> None:
+        resolution = await self.resolve(
+            tracker, ("old", "2024-07-01T11:00:00Z"), ("r-1", "2024-07-01T13:00:01Z")
         )
         assert resolution.confirmed == []

@@ -11,7 +11,8 @@ can be lost or late): a recipient without one stays ``maybe_sent``.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import operator
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -66,7 +67,7 @@ async def resolve_maybe_sent(
     tracker: DeliveryTracker,
     *,
     campaign_name: str,
-    sent_after: dt.datetime | None = None,
+    sent_after: dt.datetime | Callable[[FailedRecipient], dt.datetime | None] | None = None,
     known_ids: Collection[str] = (),
     region: str | None = None,
 ) -> MaybeSentResolution:
@@ -79,8 +80,11 @@ async def resolve_maybe_sent(
         campaign_name: the ``campaign_name`` of the call; give each job its own, or a
             callback of another job to the same number could be taken for this one.
         sent_after: when the call started (aware datetime): callbacks of messages whose
-            first event is earlier are not taken. Mind the clocks: the events' times are
-            the service's.
+            first event is earlier are not taken. Or a function giving it for each
+            recipient (None: any time), for recipients of several calls resolved
+            together, as they must be when a number stands in more than one: a
+            callback is only taken for a recipient whose call started before it.
+            Mind the clocks: the events' times are the service's.
         known_ids: ids the service already gave for other recipients of the job (read
             back from a results file, say): never taken for a ``maybe_sent`` one.
         region: the call's ``region`` when it was sent with ``prevalidate``: a number
@@ -88,10 +92,12 @@ async def resolve_maybe_sent(
             that form (needs the ``phonenumbers`` extra, as ``prevalidate`` does).
 
     Returns:
-        The confirmed and the still unknown recipients. Two recipients with the same
-        number take one callback reference each, in input order, oldest message first;
-        when a number has fewer usable references than recipients, none of them is
-        confirmed (which ones went is not known).
+        The confirmed and the still unknown recipients. Recipients of one number take
+        one callback reference each, oldest message first, in the order of their
+        starts, then of their positions. A recipient is confirmed only when every way
+        of giving the references to recipients that could have sent them confirms it:
+        when a number has fewer usable references than recipients, none is (which ones
+        went is not known).
     """
     taken: set[str] = set(known_ids)
     if isinstance(failed, DispatchResult):
@@ -99,30 +105,25 @@ async def resolve_maybe_sent(
         candidates = [f for f in failed.failed if f.maybe_sent]
     else:
         candidates = [f for f in failed if f.maybe_sent]
-    by_number: dict[str, list[FailedRecipient]] = {}
-    for recipient in sorted(candidates, key=lambda f: f.position):
+    start_of = sent_after if callable(sent_after) else (lambda _: sent_after)
+    by_number: dict[str, list[tuple[dt.datetime, FailedRecipient]]] = {}
+    for recipient in candidates:
         number = recipient.recipient.number
         if region is not None:
             number = to_e164(number, region) or number
-        by_number.setdefault(number_key(number), []).append(recipient)
+        start = start_of(recipient)
+        by_number.setdefault(number_key(number), []).append(
+            (_ANY_TIME if start is None else start, recipient)
+        )
     confirmed: list[ValidMessage] = []
-    unconfirmed: list[FailedRecipient] = []
+    moved: set[int] = set()
     states: dict[str, MessageState] = {}
     for digits, recipients in by_number.items():
         found = await tracker.messages_for(digits, campaign_name) if digits else []
-        usable = [
-            state
-            for state in found
-            if state.reference not in taken
-            and state.status.confirms_sent
-            and (sent_after is None or state.first_event_at >= sent_after)
-        ]
-        if len(usable) < len(recipients):
-            # Which of them went is not known: a wrong guess is a message lost.
-            unconfirmed.extend(recipients)
-            continue
-        for recipient, state in zip(recipients, usable, strict=False):
+        usable = [s for s in found if s.reference not in taken and s.status.confirms_sent]
+        for recipient, state in _certain(recipients, usable):
             taken.add(state.reference)
+            moved.add(id(recipient))
             states[state.reference] = state
             confirmed.append(
                 ValidMessage(
@@ -132,5 +133,58 @@ async def resolve_maybe_sent(
                     ref=recipient.ref,
                 )
             )
-    unconfirmed.sort(key=lambda f: f.position)
+    # By identity: recipients of several calls may share a position.
+    unconfirmed = sorted((f for f in candidates if id(f) not in moved), key=_POSITION)
+    confirmed.sort(key=_POSITION)
     return MaybeSentResolution(confirmed, unconfirmed, states)
+
+
+#: The start of a recipient that gives none: every callback can be its.
+_ANY_TIME = dt.datetime.min.replace(tzinfo=dt.UTC)
+_POSITION = operator.attrgetter("position")
+
+
+def _certain(
+    recipients: list[tuple[dt.datetime, FailedRecipient]], usable: list[MessageState]
+) -> list[tuple[FailedRecipient, MessageState]]:
+    """The recipients of one number that every explanation of *usable* confirms, each
+    with a message.
+
+    A message can be a recipient's only if it began after the recipient's start; each
+    message is one recipient's, each recipient sent at most one. A recipient is certain
+    when every largest such pairing pairs it. Recipients with one start are alike, so
+    that is asked once per start: does the largest pairing shrink without one of them?
+    """
+    recipients = sorted(recipients, key=lambda pair: (pair[0], pair[1].position))
+    starts = [start for start, _ in recipients]
+    times = sorted(state.first_event_at for state in usable)
+    pairs = _pairing(starts, times)
+    most = len(pairs)
+    certain: set[dt.datetime] = set()
+    for start in set(starts):
+        without = starts.copy()
+        without.remove(start)
+        if len(_pairing(without, times)) < most:
+            certain.add(start)
+    usable = sorted(usable, key=lambda state: state.first_event_at)  # stable: as found
+    return [
+        (recipients[at][1], usable[taken]) for at, taken in pairs if recipients[at][0] in certain
+    ]
+
+
+def _pairing(starts: list[dt.datetime], times: list[dt.datetime]) -> list[tuple[int, int]]:
+    """A largest pairing of starts (ascending) to times (ascending) with time >= start.
+
+    Each start in turn takes the earliest time left at or after it: a time passed over
+    is before every later start too, so no pairing is larger.
+    """
+    pairs = []
+    at = 0
+    for index, start in enumerate(starts):
+        while at < len(times) and times[at] < start:
+            at += 1
+        if at == len(times):
+            break
+        pairs.append((index, at))
+        at += 1
+    return pairs

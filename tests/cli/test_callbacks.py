@@ -4,6 +4,7 @@ real HTTP posts (by hand, and by the simulator after a real send)."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ from dispatch_async._cli.job.reconcile import _locked, _rewrite, reconcile
 from dispatch_async._cli.screen.problem import Problem
 from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker, parse_event
 from dispatch_async.testing import CallbackPlan, FakeDispatchServer, Fault
+from tests.cli_helpers import dispatch_async, killed_with_a_request_in_flight
 from tests.conftest import SECRET, numbers, session_for
 from tests.receiver_process import COMMAND, receiver_process
 
@@ -572,6 +574,116 @@ class TestReconcile:
             expect=2,
         )
         assert "still has a journal" in out
+
+
+class TestReconcileAcrossRuns:
+    """One number ``maybe_sent`` on line 2 (run 1, stopped) and on line 3 (a resume,
+    stopped again), and the callbacks stored for it: a results file and a store written
+    here, read by the real command."""
+
+    RUN_1, RUN_2 = "2026-01-01T09:00:00+00:00", "2026-01-01T10:00:00+00:00"
+
+    async def reconcile(
+        self, tmp_path: Path, callbacks: dict[str, str], *, expect: int
+    ) -> tuple[str, dict[int, dict[str, Any]]]:
+        """*callbacks*: reference -> time of its message's first event."""
+        results, store = tmp_path / "results.jsonl", tmp_path / "events.sqlite3"
+        lines = [
+            {"line": line, "number": "+5511987654321", "outcome": "maybe_sent", "error": "x",
+             "error_type": "Interrupted", "since": since}
+            for line, since in ((2, self.RUN_1), (3, self.RUN_2))
+        ]  # fmt: skip
+        await asyncio.to_thread(
+            results.write_bytes, b"".join(orjson.dumps(r) + b"\n" for r in lines)
+        )
+        async with DeliveryTracker(store) as tracker:
+            for reference, at in callbacks.items():
+                body = {**EVENT, "reference": reference, "campaign_name": "pix",
+                        "direction": "outbound", "type": "basic", "timestamp": at}  # fmt: skip
+                await tracker.record(parse_event(orjson.dumps(body)))
+        out = await cli(
+            "callbacks", "reconcile", "-o", results, "--store", store, "--campaign-name", "pix",
+            expect=expect,
+        )  # fmt: skip
+        return out, records_by_line(results)
+
+    async def test_a_callback_either_run_could_have_caused_confirms_neither_line(
+        self, tmp_path: Path
+    ) -> None:
+        # Marking line 2 sent would lose it, and export would give line 3 to send twice.
+        out, after = await self.reconcile(tmp_path, {"r-1": "2026-01-01T10:00:30Z"}, expect=1)
+        assert "0 confirmed sent by callbacks, 2 still maybe_sent" in out
+        assert [after[line]["outcome"] for line in (2, 3)] == ["maybe_sent", "maybe_sent"]
+
+    async def test_a_callback_after_each_runs_start_confirms_each_line_marked_as_such(
+        self, tmp_path: Path
+    ) -> None:
+        callbacks = {"late": "2026-01-01T10:00:30Z", "early": "2026-01-01T09:00:30Z"}
+        out, after = await self.reconcile(tmp_path, callbacks, expect=0)
+        assert "2 confirmed sent by callbacks, 0 still maybe_sent" in out
+        assert [after[line] for line in (2, 3)] == [
+            {"line": line, "number": "+5511987654321", "outcome": "sent", "id": id_,
+             "confirmed_by": "callback"}
+            for line, id_ in ((2, "early"), (3, "late"))
+        ]  # fmt: skip
+        exported = await cli(
+            "export", tmp_path / "results.jsonl", "-i", await self.input(tmp_path),
+            "--outcome", "sent", expect=0,
+        )  # fmt: skip
+        assert exported.count("+5511987654321") == 2
+
+    async def input(self, tmp_path: Path) -> Path:
+        """The job's input: the number on lines 2 and 3."""
+        source = tmp_path / "in.csv"
+        await asyncio.to_thread(source.write_text, "number\n+5511987654321\n+5511987654321\n")
+        return source
+
+
+class TestReconcileAfterAKill:
+    async def test_lines_a_killed_run_left_in_flight_are_confirmed_by_their_callbacks(
+        self, tmp_path: Path
+    ) -> None:
+        """A --prevalidate job of local numbers killed (SIGKILL) with a chunk in flight
+        that the service acted on: the resume records it maybe_sent as the kill left it
+        (the number as sent, the killed run's start), and reconcile confirms it."""
+        store, results = tmp_path / "deliveries.sqlite3", tmp_path / "results.jsonl"
+        source = tmp_path / "in.csv"
+        await asyncio.to_thread(
+            source.write_text, "number\n" + "".join(f"{n[3:]}\n" for n in numbers(9))
+        )
+        async with (
+            receiver_process(store) as receiver,
+            FakeDispatchServer(client_secret=SECRET, callbacks=CallbackPlan(read=0.0)) as server,
+        ):
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")},
+                "DISPATCH_BASE_URL": server.url,
+                "DISPATCH_CLIENT_SECRET": SECRET,
+                "DISPATCH_ACCOUNT": "acme",
+            }
+            started = dt.datetime.now(dt.UTC).replace(microsecond=0)
+            await killed_with_a_request_in_flight(
+                server, env,
+                "send", "basic", "--text", "oi", "-i", source, "-o", results, "-q",
+                "--chunk-size", "3", "--concurrency", "1", "--campaign-name", "job-1",
+                "--callback", receiver.url, "--prevalidate", "--region", "BR",
+                records=3,
+            )  # fmt: skip
+            killed = dt.datetime.now(dt.UTC)
+            resumed = await dispatch_async("send", "--resume", "-o", results, "-q", env=env)
+            assert resumed.code == 1, resumed.stderr  # 1: some lines are maybe_sent
+            assert server.callbacks is not None
+            await server.callbacks.settled()
+        maybe = [r for r in records_by_line(results).values() if r["outcome"] == "maybe_sent"]
+        assert len(maybe) == 3, "the chunk in flight"
+        for record in maybe:
+            assert record["sent_as"] == "+55" + record["number"]
+            assert started <= dt.datetime.fromisoformat(record["since"]) <= killed
+        out = await cli(
+            "callbacks", "reconcile", "-o", results, "--store", store, "--campaign-name", "job-1",
+            expect=0,
+        )  # fmt: skip
+        assert "3 confirmed sent by callbacks, 0 still maybe_sent" in out
 
 
 async def cli(*args: str | Path, env: dict[str, str] | None = None, expect: int) -> str:

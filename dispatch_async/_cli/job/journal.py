@@ -4,23 +4,27 @@
 completes (and fsynced when the run ends). ``results.jsonl.pending`` is the write-ahead
 journal: when the SDK is about to send a chunk (its ``before_send`` hook), the input lines
 of the chunk's rows are appended and fsynced, before the request leaves, each with a
-fingerprint of its number. A line the journal covers that has no record in the output
-may have been sent when the process died, so a resume records it ``maybe_sent`` instead
-of sending it again; after a kill that is at most the chunks whose requests had started.
+fingerprint of its number, and when the run started. A line the journal covers that has
+no record in the output may have been sent when the process died, so a resume records
+it ``maybe_sent`` instead of sending it again; after a kill that is at most the chunks
+whose requests had started.
 Records lost to a power cut before their fsync are lines the journal covers: maybe_sent,
 never sent twice. The fingerprints tell whether the input still holds, on those lines,
 the numbers that may have been sent (an edited input would otherwise have its rows sent
-twice, and new rows recorded ``maybe_sent``).
+twice, and new rows recorded ``maybe_sent``). The run's start becomes the ``since`` of
+those ``maybe_sent`` records: ``callbacks reconcile`` takes no callback from before it.
 
 The journal is text, one entry a line::
 
-    dispatch-async journal 3 {"endpoint": "template", "input_path": ...}
+    dispatch-async journal 4 {"endpoint": "template", "input_path": ...}
                                  the header: the job's options, for --resume without flags
-    1001-1500,1502-2000 AAEC...  lines 1001 to 1500 and 1502 to 2000 may have reached the
+    1001-1500,1502-2000 AAEC... 2026-07-01T09:00:00+00:00
+                                 lines 1001 to 1500 and 1502 to 2000 may have reached the
                                  service; then the CRC-32 of each line's number, in order
-                                 (4 bytes little-endian each, base64; 0: not known)
+                                 (4 bytes little-endian each, base64; 0: not known); then
+                                 when the run that sent them started
     reset                        a resume starts: forget every entry above...
-    17-22 3q2+7w...              ...except these lines, still unaccounted for
+    17-22 3q2+7w... 2026-07-...  ...except these lines, still unaccounted for
     end                          (a reset block without its end is a torn write: ignored)
 
 A resume compacts the output first: it keeps one record per line (the first), drops the
@@ -32,7 +36,8 @@ nothing. The journal is deleted when a job has accounted for its whole input.
 Journals of earlier versions stay readable. ``dispatch-async journal 1`` stores no
 options: it resumes with the job's flags given again. Version 1 and 2 entries are plain
 ranges (``1001-2000``) without fingerprints: those lines are maybe sent, whatever the
-input now holds there. Version 3 adds the fingerprints (an earlier version refuses it).
+input now holds there. Version 3 adds the fingerprints (an earlier version refuses it),
+version 4 the run's start (an entry without one: the start is not known).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import datetime as dt
 import operator
 import os
 import sys
@@ -64,8 +70,9 @@ __all__ = ["JobFiles", "Recorded", "journal_path", "new_record", "stored_options
 _MAGIC = b"dispatch-async journal "
 _HEADER_V1 = _MAGIC + b"1"
 _LINE, _NUMBER = operator.itemgetter(0), operator.itemgetter(1)  # of a Row
-#: The versions whose header stores the job's options (3: entries carry fingerprints).
-_WITH_OPTIONS = (_MAGIC + b"2 {", _MAGIC + b"3 {")
+#: The versions whose header stores the job's options (3: entries carry fingerprints,
+#: 4: and the run's start).
+_WITH_OPTIONS = (_MAGIC + b"2 {", _MAGIC + b"3 {", _MAGIC + b"4 {")
 
 
 class JobFiles:
@@ -75,7 +82,9 @@ class JobFiles:
         self.output = output
         self.max_line = max_line  # the input's bound: a line above it is corruption
         # The header of a journal this run starts: the job's options, JSON on one line.
-        self._header = _HEADER_V1 if options is None else _MAGIC + b"3 " + options
+        self._header = _HEADER_V1 if options is None else _MAGIC + b"4 " + options
+        #: When this run started (ISO 8601): the ``since`` of what it may have sent.
+        self.since = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         real = Path(os.path.realpath(output))
         self.journal = journal_path(output)
         self._real = real
@@ -210,8 +219,8 @@ class JobFiles:
 
     def _reset_journal(self, recorded: Recorded) -> None:
         entries = [b"reset"]
-        for first, last in recorded.pending_ranges():
-            entries.append(_entry([(first, last)], recorded.crcs[first : last + 1]))
+        for first, last, since in recorded.pending_ranges():
+            entries.append(_entry([(first, last)], recorded.crcs[first : last + 1], since))
         entries.append(b"end")
         self._write_journal(b"\n".join(entries) + b"\n")
 
@@ -221,7 +230,7 @@ class JobFiles:
         """Record durably that *rows* (in input order, each with a number) may reach the
         service."""
         crcs = fingerprints(list(map(_NUMBER, rows)))
-        self._write_journal(_entry(_runs(rows), crcs) + b"\n")
+        self._write_journal(_entry(_runs(rows), crcs, self.since) + b"\n")
 
     def append(self, records: list[bytes]) -> None:
         """Append records to the output; one write, so a crash tears at most the last."""
@@ -297,8 +306,8 @@ def _is_header(line: bytes) -> bool:
 
 
 #: Runs of journaled lines, each with the fingerprints of its lines (None: a version 1
-#: or 2 entry, which has none).
-Runs: TypeAlias = "list[tuple[int, int, array[int] | None]]"
+#: or 2 entry, which has none) and its run's start (None: before version 4).
+Runs: TypeAlias = "list[tuple[int, int, array[int] | None, str | None]]"
 
 
 def _parse_journal(data: bytes, path: Path) -> Runs:
@@ -320,13 +329,15 @@ def _parse_journal(data: bytes, path: Path) -> Runs:
     return current
 
 
-def _entry(runs: Sequence[tuple[int, int]], crcs: array[int]) -> bytes:
-    """One journal entry: the runs of lines, and their numbers' fingerprints in order."""
+def _entry(runs: Sequence[tuple[int, int]], crcs: array[int], since: str | None) -> bytes:
+    """One journal entry: the runs of lines, their numbers' fingerprints in order, and
+    when the run that sent them started (if known)."""
     if sys.byteorder != "little":  # pragma: no cover - the file is the same everywhere
         crcs = array("I", crcs)
         crcs.byteswap()
     spans = b",".join(b"%d-%d" % run for run in runs)
-    return spans + b" " + base64.b64encode(crcs.tobytes())
+    entry = spans + b" " + base64.b64encode(crcs.tobytes())
+    return entry if since is None else entry + b" " + since.encode("ascii")
 
 
 def _runs(rows: Sequence[Row]) -> list[tuple[int, int]]:
@@ -347,6 +358,7 @@ def _runs(rows: Sequence[Row]) -> list[tuple[int, int]]:
 
 def _parse_entry(entry: bytes, path: Path) -> Runs:
     spans, _, encoded = entry.partition(b" ")
+    encoded, _, started = encoded.partition(b" ")
     runs = []
     try:
         for span in spans.split(b","):
@@ -355,7 +367,7 @@ def _parse_entry(entry: bytes, path: Path) -> Runs:
     except ValueError:
         raise Problem(f"{path} has an entry that is not a range: {entry[:80]!r}") from None
     if not encoded:  # version 1 or 2: a range, without fingerprints
-        return [(first, last, None) for first, last in runs]
+        return [(first, last, None, None) for first, last in runs]
     crcs = array("I")
     try:
         crcs.frombytes(base64.b64decode(encoded, validate=True))
@@ -370,12 +382,26 @@ def _parse_entry(entry: bytes, path: Path) -> Runs:
         )
     if sys.byteorder != "little":  # pragma: no cover
         crcs.byteswap()
+    since = _since(started, entry, path) if started else None
     parsed: Runs = []
     at = 0
     for first, last in runs:
-        parsed.append((first, last, crcs[at : at + last - first + 1]))
+        parsed.append((first, last, crcs[at : at + last - first + 1], since))
         at += last - first + 1
     return parsed
+
+
+def _since(started: bytes, entry: bytes, path: Path) -> str:
+    """An entry's run start, checked: an aware ISO 8601 time."""
+    try:
+        since = started.decode("ascii")
+        if dt.datetime.fromisoformat(since).tzinfo is not None:
+            return since
+    except ValueError:
+        pass
+    raise Problem(
+        f"{path} has an entry whose start is not a time: {entry[:80]!r}; fix or delete it"
+    )
 
 
 def _read_all(fd: int) -> bytes:

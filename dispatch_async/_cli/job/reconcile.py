@@ -3,8 +3,10 @@
 A finished job's ``results.jsonl`` may hold ``maybe_sent`` records: recipients whose
 request failed after the service may have acted. The callbacks stored while the job ran
 (``callbacks serve``) say which of them the service did act on: those records are
-replaced by ``sent`` records carrying the callback's ``reference`` as the id, through the
-SDK's `resolve_maybe_sent`. The others stay ``maybe_sent``; ``export --outcome
+replaced by ``sent`` records carrying the callback's ``reference`` as the id and
+``"confirmed_by": "callback"``, through the SDK's `resolve_maybe_sent`, which takes every
+record of the job at once: the records of one number from several runs (each with its
+own ``since``) share its callbacks. The others stay ``maybe_sent``; ``export --outcome
 maybe_sent`` then gives only those.
 
 Crash safety: the new file is written beside the old one, fsynced, and renamed over it,
@@ -29,7 +31,7 @@ from dispatch_async.callbacks import DeliveryTracker, resolve_maybe_sent
 
 from ..screen.problem import Problem
 from .journal import journal_path
-from .records import sent_record
+from .records import CALLBACK, sent_record
 
 try:
     import fcntl
@@ -61,21 +63,21 @@ async def reconcile(results: Path, tracker: DeliveryTracker, campaign_name: str)
     with _locked(results):
         _check(results)  # again: a send --resume may have started before the lock
         failed, known = _read(results)
-        confirmed: list[da.ValidMessage] = []
-        # The records of each run together: callbacks from before the run are not theirs.
-        for since, group in _by_run(failed):
-            resolution = await resolve_maybe_sent(
-                group,
-                tracker,
-                campaign_name=campaign_name,
-                known_ids=known,
-                sent_after=None if since is None else since - _CLOCK_SKEW,
-            )
-            confirmed += resolution.confirmed
-            known.update(m.id for m in resolution.confirmed)
+        # The whole job at once: a number's records from several runs share its callbacks.
+        resolution = await resolve_maybe_sent(
+            failed,
+            tracker,
+            campaign_name=campaign_name,
+            known_ids=known,
+            sent_after=_since,
+        )
+        confirmed = resolution.confirmed
         if confirmed:
             replaced = {
-                m.position: sent_record(m.position, _written(m), m.id, _as_sent(m)) + b"\n"
+                m.position: sent_record(
+                    m.position, _written(m), m.id, _as_sent(m), confirmed_by=CALLBACK
+                )
+                + b"\n"
                 for m in confirmed
             }
             _rewrite(results, replaced)
@@ -92,14 +94,14 @@ _SINCE = "since"
 _CLOCK_SKEW = dt.timedelta(minutes=5)
 
 
-def _by_run(
-    failed: list[da.FailedRecipient],
-) -> list[tuple[dt.datetime | None, list[da.FailedRecipient]]]:
-    """The records grouped by when their run started (None: a record that does not say)."""
-    groups: dict[dt.datetime | None, list[da.FailedRecipient]] = {}
-    for recipient in failed:
-        groups.setdefault(_moment(recipient.recipient.ref.get(_SINCE)), []).append(recipient)
-    return list(groups.items())
+def _since(recipient: da.FailedRecipient) -> dt.datetime | None:
+    """When the run that may have sent *recipient* started, less the clocks' difference
+    (None: the record does not say, so any callback can be its)."""
+    since = _moment(recipient.recipient.ref.get(_SINCE))
+    try:
+        return None if since is None else since - _CLOCK_SKEW
+    except OverflowError:  # a start within minutes of year 1: any callback is after it
+        return None
 
 
 def _moment(text: object) -> dt.datetime | None:

@@ -29,6 +29,7 @@ __all__ = ["Recorded", "fingerprint", "fingerprints", "new_record"]
 _NONE, _DONE, _PENDING, _REDO, _MALFORMED = 0, 1, 2, 3, 4
 _MARK_PENDING = bytes.maketrans(bytes([_NONE]), bytes([_PENDING]))
 _PENDING_RUNS = re.compile(re.escape(bytes([_PENDING])) + b"+")
+_NO_RECORD = re.compile(re.escape(bytes([_NONE])) + b"+")
 _CHECKED = (_DONE, _PENDING)  # lines whose number is known: the input must still hold it
 #: Reasons of rows never offered to the service: their numbers were not "seen" by dedupe.
 _NOT_TRIED = (da.DUPLICATE_REASON, da.EXCLUDED_REASON)
@@ -61,7 +62,9 @@ class Recorded:
     ``seen``
     holds the numbers those records sent or tried (for ``--dedupe`` across runs).
     ``crcs`` holds the fingerprint of the number each recorded or journaled line held
-    (0: not known), which the input must still hold there.
+    (0: not known), which the input must still hold there. ``since`` holds when the run
+    that may have sent a line left maybe sent started (the earliest, if several may
+    have), where the journal or the record says.
     """
 
     resend_maybe_sent: bool = False
@@ -74,6 +77,7 @@ class Recorded:
     #: The form ``seen`` holds (the one dedupe compares), applied to what is loaded back.
     canonical: Callable[[str], str] | None = None
     redo: Counter[str] = attrs.field(factory=Counter)
+    since: dict[int, str] = attrs.field(factory=dict)
     duplicates: int = 0
     torn: bool = False
 
@@ -166,6 +170,8 @@ class Recorded:
         if outcome == "maybe_sent" and self.resend_maybe_sent:
             # Still "maybe sent" in the journal until a run reaches the line again.
             self.status[line] = _PENDING
+            if type(since := record.get("since")) is str:
+                self.since[line] = since
             self.redo["maybe_sent"] += 1
             return False
         self.status[line] = _DONE
@@ -179,10 +185,11 @@ class Recorded:
         return True
 
     def _mark_pending(
-        self, runs: Iterable[tuple[int, int, array[int] | None]], where: Path
+        self, runs: Iterable[tuple[int, int, array[int] | None, str | None]], where: Path
     ) -> None:
-        """Mark the journal's lines maybe sent, with the fingerprints it has for them."""
-        for first, last, crcs in runs:
+        """Mark the journal's lines maybe sent, with the fingerprints it has for them and
+        their run's start (a line already maybe sent keeps its earlier one)."""
+        for first, last, crcs, since in runs:
             if not 1 <= first <= last <= self.max_line:
                 raise Problem(
                     f"{where} has the range {first:,}-{last:,}, but the input has at most "
@@ -190,13 +197,25 @@ class Recorded:
                     "fix or delete it"
                 )
             self._grow(last)
+            if since is not None:
+                # Only lines with no record: usually none, of a long-finished chunk's.
+                for found in _NO_RECORD.finditer(self.status, first, last + 1):
+                    self.since.update(dict.fromkeys(range(found.start(), found.end()), since))
             self.status[first : last + 1] = self.status[first : last + 1].translate(_MARK_PENDING)
             if crcs is not None:
                 self.crcs[first : last + 1] = crcs
 
-    def pending_ranges(self) -> list[tuple[int, int]]:
-        """Runs of lines that are maybe sent and have no record, as (first, last)."""
-        return [(m.start(), m.end() - 1) for m in _PENDING_RUNS.finditer(self.status)]
+    def pending_ranges(self) -> list[tuple[int, int, str | None]]:
+        """Runs of lines that are maybe sent and have no record, with one run's start, as
+        (first, last, since)."""
+        ranges = []
+        for found in _PENDING_RUNS.finditer(self.status):
+            first = found.start()
+            for line in range(first + 1, found.end() + 1):
+                if line == found.end() or self.since.get(line) != self.since.get(first):
+                    ranges.append((first, line - 1, self.since.get(first)))
+                    first = line
+        return ranges
 
 
 def new_record(

@@ -1,7 +1,8 @@
 """The output records, one JSON line per input line, and the one place outcomes meet rows.
 
 A record is ``{"line", "number", "outcome", ...}``: ``sent`` with the service's ``id``
-(and ``sent_as``, the number put on the wire, when ``--prevalidate`` rewrote it),
+(and ``sent_as``, the number put on the wire, when ``--prevalidate`` rewrote it;
+``"confirmed_by": "callback"`` when ``callbacks reconcile`` made it from a ``maybe_sent`` one),
 ``invalid`` with its ``reason`` (and a ``detail`` for rows refused here), ``not_sent`` or
 ``maybe_sent`` with the ``error`` and its ``error_type`` (a ``maybe_sent`` one with
 ``sent_as`` too: its callbacks carry that number). Records are written from
@@ -23,6 +24,7 @@ from ..reading.input import MALFORMED, Row
 from ..screen.outcomes import Failure
 
 __all__ = [
+    "CALLBACK",
     "SHOWN_MALFORMED",
     "failed_record",
     "invalid_record",
@@ -32,6 +34,8 @@ __all__ = [
     "sent_record",
 ]
 
+#: The ``confirmed_by`` of a ``sent`` record a callback confirmed (``callbacks reconcile``).
+CALLBACK = "callback"
 #: How many malformed rows a run names on stderr before it only counts them.
 SHOWN_MALFORMED = 10
 
@@ -44,17 +48,27 @@ _FAILED = b'{"line":%d,"number":%b,"outcome":"%b","error":%b,"error_type":%b}'
 
 
 def sent_record(
-    line: int, number: str, message_id: str, wire: Callable[[str], str] | None = None
+    line: int,
+    number: str,
+    message_id: str,
+    wire: Callable[[str], str] | None = None,
+    *,
+    confirmed_by: str | None = None,
 ) -> bytes:
     """The record of a recipient the service accepted.
 
     *wire* gives the number as sent (``--prevalidate``'s E.164): a record whose number
     was rewritten says ``"sent_as"``. A number already in E.164 is not parsed again.
+    *confirmed_by*: what showed it was sent, when the answer did not (``CALLBACK``).
     """
     sent = _rewritten(number, wire)
     if sent is not None:
-        return _SENT_AS % (line, _dumps(number), _dumps(message_id), _dumps(sent))
-    return _SENT % (line, _dumps(number), _dumps(message_id))
+        record = _SENT_AS % (line, _dumps(number), _dumps(message_id), _dumps(sent))
+    else:
+        record = _SENT % (line, _dumps(number), _dumps(message_id))
+    if confirmed_by is not None:
+        record = record[:-1] + b',"confirmed_by":' + _dumps(confirmed_by) + b"}"
+    return record
 
 
 def _rewritten(number: str | None, wire: Callable[[str], str] | None) -> str | None:

@@ -32,7 +32,7 @@ from .journal import JobFiles, Recorded
 from .resume import as_read
 from .sending import SendJob
 from .source import Source, check_input, load_exclude
-from .spec import JobSpec, dedupe_key
+from .spec import JobSpec, dedupe_key, sent_as
 
 __all__ = ["run_send"]
 
@@ -90,7 +90,9 @@ async def run_send(spec: JobSpec) -> int:
                 status=job.counts,
             )
             job.begin(
-                Source(rows, recorded, spec.output, exclude), progress, Counter(recorded.kept)
+                Source(rows, recorded, spec.output, exclude, sent_as(spec.settings)),
+                progress,
+                Counter(recorded.kept),
             )
             if not display.quiet:
                 progress.note(_intro(spec, recorded))

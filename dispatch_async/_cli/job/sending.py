@@ -13,7 +13,6 @@ it ended.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import signal
 import time
 from collections import Counter
@@ -68,7 +67,7 @@ class SendJob:
         self._shown_malformed = 0
         self._wire = sent_as(spec.settings)
         # When this run started: its maybe_sent records say so, for callbacks reconcile.
-        self._since = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        self._since = files.since
 
     def begin(self, source: Source, progress: Progress, kept: Counter[str]) -> None:
         """Attach the reading side; ``messages()`` is only iterated after this."""

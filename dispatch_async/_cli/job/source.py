@@ -9,7 +9,7 @@ list is loaded here too (``load_exclude``): the reading wing reads it, the job s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -51,6 +51,8 @@ class Source:
     """Reads rows and applies what earlier runs recorded; called from a worker thread.
 
     *exclude*: numbers never to send; their rows are settled ``invalid``, excluded.
+    *wire*: the number as the job sends it (``sent_as``), which a ``maybe_sent`` record
+    keeps for the callbacks.
     """
 
     def __init__(
@@ -59,8 +61,10 @@ class Source:
         recorded: Recorded,
         output: Path | None,
         exclude: ExcludeList | None = None,
+        wire: Callable[[str], str] | None = None,
     ) -> None:
         self._input = rows
+        self._wire = wire
         self._rows: Iterator[Row] = iter(rows)
         self._recorded = recorded
         self._output = output
@@ -108,6 +112,10 @@ class Source:
                         error="a previous run was killed while this line may have been in "
                         "flight; --resend-maybe-sent sends it again",
                         error_type="Interrupted",
+                        # What callbacks reconcile matches: the number as sent, and
+                        # callbacks no older than the run that may have sent it.
+                        wire=self._wire,
+                        since=recorded.since.get(line),
                     )
                 )
                 batch.interrupted += 1

@@ -15,13 +15,14 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
 from dispatch_async._cli.job.journal import JobFiles, stored_options
 from dispatch_async._cli.job.recorded import Recorded, fingerprint, fingerprints, new_record
 from dispatch_async._cli.job.source import Source, check_input
-from dispatch_async._cli.job.spec import InputSpec
+from dispatch_async._cli.job.spec import InputSpec, SendSettings, sent_as
 from dispatch_async._cli.reading.csv import csv_records
 from dispatch_async._cli.reading.input import InputProblem, Row, open_rows
 from dispatch_async._cli.screen.problem import Problem
@@ -584,6 +585,8 @@ class TestJobFilesInProcess:
             b"lines 1-3 went out\n": "is not a dispatch-async journal",
             self.HEADER + b"1-2 !!!not base64\n": "fingerprints do not match its lines",
             self.HEADER + b"1-2 " + base64.b64encode(b"1234") + b"\n": "fingerprints do not",
+            self.HEADER + b"1-1 " + base64.b64encode(b"1234") + b" yesterday\n": "start is not",
+            self.HEADER + b"1-1 " + base64.b64encode(b"1234") + b" 2026-01-01T09:00\n": "start",
         }
         for content, message in cases.items():
             journal.write_bytes(content)
@@ -638,6 +641,46 @@ class TestJobFilesInProcess:
     def test_a_number_holding_a_line_break_has_the_fingerprint_of_its_own(self) -> None:
         numbers_ = ["+5511900000001", "+55 11\n900000002", "+5511900000003"]
         assert list(fingerprints(numbers_)) == [fingerprint(n) for n in numbers_]
+
+    def test_lines_in_flight_keep_their_runs_start_and_wire_form_across_resumes(
+        self, tmp_path: Path
+    ) -> None:
+        """Run 1 (09:00) journaled lines 3-4 and was killed; run 2 (10:00) sent line 4
+        again (--resend-maybe-sent) and line 5, and was killed: each line may have gone
+        since its earliest run's start. Two resumes, the first killed before it recorded
+        anything, record them maybe_sent with that start and the number as sent."""
+        out, journal = tmp_path / "r.jsonl", tmp_path / "r.jsonl.pending"
+        local = [n[3:] for n in numbers(4)]
+        source = write_csv(tmp_path / "c.csv", "number", local)
+        out.write_text(
+            json.dumps({"line": 2, "number": local[0], "outcome": "sent", "id": "a"}) + "\n"
+        )
+        run_1, run_2 = b"2026-01-01T09:00:00+00:00", b"2026-01-01T10:00:00+00:00"
+        crcs = [base64.b64encode(fingerprints(local[at:end]).tobytes()) for at, end in
+                ((0, 3), (2, 4))]  # fmt: skip
+        journal.write_bytes(
+            self.HEADER + b"2-4 " + crcs[0] + b" " + run_1 + b"\n4-5 " + crcs[1] + b" " + run_2
+            + b"\n"
+        )  # fmt: skip
+        for _ in range(2):  # the first resume is killed before it records a line
+            files = JobFiles(out, max_line=100)
+            try:
+                recorded = files.start(resume=True, resend_maybe_sent=False, dedupe=None)
+            finally:
+                files.close()
+            assert recorded.since == {3: run_1.decode(), 4: run_1.decode(), 5: run_2.decode()}
+        rows = open_rows(str(source))
+        try:
+            wire = sent_as(SendSettings(prevalidate=True, region="BR"))
+            settled = Source(rows, recorded, out, None, wire).read(10).records
+        finally:
+            rows.close()
+        assert [json.loads(r) for r in settled] == [
+            {"line": line, "number": local[line - 2], "outcome": "maybe_sent",
+             "error": ANY, "error_type": "Interrupted", "sent_as": numbers(4)[line - 2],
+             "since": since.decode()}
+            for line, since in ((3, run_1), (4, run_1), (5, run_2))
+        ]  # fmt: skip
 
     def test_stored_options_that_are_not_an_object_are_refused(self, tmp_path: Path) -> None:
         out, journal = tmp_path / "r.jsonl", tmp_path / "r.jsonl.pending"
