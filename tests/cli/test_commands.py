@@ -754,7 +754,8 @@ class TestFailuresAreToldByCause:
             "maybe_sent rows may have reached the service: check them before sending them "
             "again (they may arrive twice); dispatch-async export "
             f"{out} --outcome maybe_sent -o {tmp_path / 'maybe_sent.csv'} writes them out "
-            "as an input of their own",
+            "as an input of their own; once checked, dispatch-async send --resume "
+            f"--resend-maybe-sent -o {out} sends them again",
         ]
         assert (
             "  failed rows, by cause:\n"
