@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from dispatch_async._cli.job.spec import SendSettings
+from dispatch_async.callbacks import DeliveryTracker, SQLiteDeliveryStore
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli.test_commands import dispatched, dry_run
 from tests.cli_helpers import dispatch_async, has_journal, outcomes, write_csv
@@ -75,6 +76,10 @@ def kept_options(output: Path) -> Path:
     return Path(f"{output}.job")
 
 
+def forget(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
 def text(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
@@ -125,6 +130,28 @@ class TestEveryPrintedCommandWorks:
         assert sent_numbers(server) - before == Counter(_NOT_SENT + _MAYBE)
         assert outcomes(out) == Counter(sent=6, invalid=2)
         assert source.exists()
+
+    async def test_the_command_callbacks_reconcile_prints_runs_as_printed(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        _, out, _ = await finished_job(server, env, tmp_path)
+        store = tmp_path / "deliveries.sqlite3"
+        async with DeliveryTracker(SQLiteDeliveryStore(store)):
+            pass  # an empty store: no callback confirms a maybe_sent record
+        reconciled = await dispatch_async(
+            "callbacks", "reconcile", "-o", out, "--store", store, "--campaign-name", "pix",
+            env=env,
+        )  # fmt: skip
+        assert reconciled.code == 1, reconciled.stderr
+        [export] = printed(reconciled.stderr)
+        assert export == (
+            f"dispatch-async export {out} --outcome maybe_sent -o {tmp_path / 'maybe_sent.csv'}"
+        )
+        code, said = await run_printed(export, env)
+        assert code == 0, said
+        assert text(tmp_path / "maybe_sent.csv") == "number,name\n" + "".join(
+            f"{n},Ana\n" for n in _MAYBE
+        )
 
     async def test_the_options_kept_beside_the_results_are_private(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
@@ -191,7 +218,7 @@ class TestResultsOfAnEarlierVersion:
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
         source, out, _ = await finished_job(server, env, tmp_path)
-        os.unlink(kept_options(out))
+        forget(kept_options(out))
         bare = await dispatch_async("export", out, "--outcome", "maybe_sent", env=env)
         assert bare.code == 2
         assert "Give it with --input" in bare.stderr
