@@ -125,6 +125,16 @@ def has_journal(output: Path) -> bool:
     return Path(f"{output}.pending").exists()
 
 
+def kept_options(output: Path) -> Path:
+    """Where a finished job keeps its options: beside its results."""
+    return Path(f"{output}.job")
+
+
+def forget(path: Path) -> None:
+    """Delete *path* (a plain call, not an await)."""
+    path.unlink()
+
+
 async def wait_for_records(path: Path, count: int, process: asyncio.subprocess.Process) -> None:
     """Poll the output until it has *count* records (bounded: fail rather than hang)."""
     async with asyncio.timeout(120):

@@ -70,8 +70,9 @@ def send(ctx: click.Context, /, **options: Any) -> None:
     The connection comes from DISPATCH_BASE_URL, DISPATCH_CLIENT_SECRET and
     DISPATCH_ACCOUNT (or --base-url, --client-secret-file, --account).
 
-    `send --resume -o FILE` continues a stopped job with the options it was started
-    with; a flag given again must match them.
+    `send --resume -o FILE` continues a stopped or finished job with the options it
+    was started with (its not_sent rows; maybe_sent ones with --resend-maybe-sent); a
+    flag given again must match them.
     """
     given = [
         p.opts[-1]

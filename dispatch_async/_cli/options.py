@@ -258,8 +258,8 @@ send_options = _options(
     click.option(
         "--resume",
         is_flag=True,
-        help="Continue the job that wrote --output with its options (from its journal): "
-        "skip every recorded line.",
+        help="Continue the job that wrote --output, stopped or finished, with its options "
+        "(kept with its results): skip every recorded line, send the not_sent ones again.",
     ),
     click.option(
         "--resend-maybe-sent",

@@ -22,7 +22,14 @@ from dispatch_async._cli.job.spec import SendSettings
 from dispatch_async.callbacks import DeliveryTracker, SQLiteDeliveryStore
 from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli.test_commands import dispatched, dry_run
-from tests.cli_helpers import dispatch_async, has_journal, outcomes, write_csv
+from tests.cli_helpers import (
+    dispatch_async,
+    forget,
+    has_journal,
+    kept_options,
+    outcomes,
+    write_csv,
+)
 from tests.conftest import numbers
 
 #: A command in a line of advice: up to the words that say what it does.
@@ -69,15 +76,6 @@ async def finished_job(
     assert outcomes(out) == Counter(maybe_sent=2, not_sent=2, sent=2, invalid=2)
     assert not has_journal(out), "the job finished: its journal is gone"
     return source, out, run.stderr
-
-
-def kept_options(output: Path) -> Path:
-    """Where a finished job keeps its options: beside its results."""
-    return Path(f"{output}.job")
-
-
-def forget(path: Path) -> None:
-    path.unlink(missing_ok=True)
 
 
 def text(path: Path) -> str:
@@ -255,3 +253,20 @@ class TestTheDryRunExample:
         assert f"\nexample, line 4: number '{first}', name 'Ana'\n" in out
         assert "\nfirst refused, line 2: number '12345': " in out
         assert second not in out
+
+
+class TestExportFromTheKeptOptions:
+    async def test_an_input_changed_since_the_job_finished_is_refused_unless_given(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source, out, _ = await finished_job(server, env, tmp_path)
+        rows = [f"{n},Ana" for n in [*_MAYBE, *_NOT_SENT, *_SENT, *_LOCAL]]
+        write_csv(source, "number,name", ["+5511999999999,Novo", *rows])  # a row on top
+        run = await dispatch_async("export", out, "--outcome", "maybe_sent", env=env)
+        assert run.code == 2
+        assert "changed since the job finished" in run.stderr
+        assert run.stdout == ""
+        given = await dispatch_async(
+            "export", out, "--outcome", "maybe_sent", "-i", source, env=env
+        )
+        assert given.code == 0, given.stderr

@@ -41,7 +41,7 @@ from ..reading.rows import CsvLayout
 from ..screen.outcomes import OUTCOMES
 from ..screen.problem import FAILED, OK, Problem
 from ..screen.words import counted
-from .jobfile import job_path
+from .jobfile import input_changed, job_path
 from .journal import journal_path
 
 __all__ = ["ExportSpec", "correction", "is_results", "neutralised", "run_export"]
@@ -124,7 +124,14 @@ def run_export(spec: ExportSpec, err: TextIO, stored: Mapping[str, Any] | None =
     results), as ``resume.stored_job`` checked them; they name the input when ``--input``
     is not given.
     """
+    given = spec.input_path is not None
     spec = _complete_from_journal(spec, stored)
+    if not given and spec.input_path is not None and input_changed(spec.results, spec.input_path):
+        raise Problem(
+            f"{spec.input_path}, the input of the job writing {spec.results}, changed since "
+            "the job finished: its lines may no longer be the job's rows. Give the input "
+            "as the job read it with --input (or this one, to export from it as it is)"
+        )
     if spec.input_path is None:
         raise Problem(
             f"which input did the job writing {spec.results} read? Give it with --input "

@@ -13,9 +13,11 @@ one of the two holds the options. It is private (0600): the callback URL's token
 among the options. Results files written before this file existed have none: their
 commands take the job's flags again (``export -i``, ``send ENDPOINT ... --resume``).
 
-The file is one line, as the journal's header is::
+The file is one line: the options as the journal's header holds them, and the input's
+size and modification time when the job finished, so that ``export`` taking the input
+from here refuses one changed since (its rows would no longer be the job's lines)::
 
-    dispatch-async job 1 {"endpoint": "basic", "input_path": ...}
+    dispatch-async job 1 {"options": {"endpoint": "basic", ...}, "input": {"size": ...}}
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ import orjson
 
 from ..screen.problem import DISK_ERRORS, Problem
 
-__all__ = ["forget_options", "job_path", "keep_options", "kept_options", "sync_dir"]
+__all__ = [
+    "forget_options",
+    "input_changed",
+    "job_path",
+    "keep_options",
+    "kept_options",
+    "sync_dir",
+]
 
 _MAGIC = b"dispatch-async job 1 "
 
@@ -40,11 +49,13 @@ def job_path(output: Path) -> Path:
 
 def keep_options(output: Path, options: bytes) -> None:
     """Write *options* (the job's, JSON) for *output* atomically and durably."""
+    parsed = orjson.loads(options)
+    kept = orjson.dumps({"options": parsed, "input": _stamp(parsed.get("input_path"))})
     path = job_path(output)
     scratch = Path(f"{path}.tmp")
     fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        data = memoryview(_MAGIC + options + b"\n")
+        data = memoryview(_MAGIC + kept + b"\n")
         while data:
             data = data[os.write(fd, data) :]
         os.fsync(fd)
@@ -59,8 +70,10 @@ def keep_options(output: Path, options: bytes) -> None:
 
 def forget_options(output: Path) -> None:
     """Remove options kept for an earlier job at *output* (a new job starts there)."""
-    with contextlib.suppress(FileNotFoundError):
-        job_path(output).unlink()
+    path = job_path(output)
+    if os.path.lexists(path):  # looked at first: most jobs have none to remove
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def kept_options(output: Path) -> dict[str, object]:
@@ -70,16 +83,48 @@ def kept_options(output: Path) -> dict[str, object]:
         FileNotFoundError: none are kept (a job still running, or from before this file).
         Problem: the file is not one of these.
     """
+    options = _read(output).get("options")
+    if type(options) is not dict:
+        raise Problem(f"{job_path(output)} does not hold a job's options; fix or delete it")
+    return options
+
+
+def input_changed(output: Path, input_path: str) -> bool:
+    """Whether *input_path* is not as it was when the job writing *output* finished.
+
+    False when nothing is known (no file kept, an input that was stdin): the rows are
+    then taken as they are, as with ``export -i``.
+    """
+    try:
+        kept = _read(output)
+    except (FileNotFoundError, Problem):
+        return False
+    stamp = kept.get("input")
+    return stamp is not None and stamp != _stamp(input_path)
+
+
+def _read(output: Path) -> dict[str, object]:
     path = job_path(output)
     with open(path, "rb") as stream:
         line = stream.readline(1 << 20)
-    options = None
+    kept = None
     if line.startswith(_MAGIC) and line.endswith(b"\n"):
         with contextlib.suppress(orjson.JSONDecodeError):
-            options = orjson.loads(line[len(_MAGIC) :])
-    if type(options) is not dict:
+            kept = orjson.loads(line[len(_MAGIC) :])
+    if type(kept) is not dict:
         raise Problem(f"{path} does not hold a job's options; fix or delete it")
-    return options
+    return kept
+
+
+def _stamp(input_path: object) -> dict[str, int] | None:
+    """The input's size and modification time (None: stdin, or it cannot be read)."""
+    if not isinstance(input_path, str) or input_path == "-":
+        return None
+    try:
+        found = os.stat(input_path)
+    except OSError:
+        return None
+    return {"size": found.st_size, "mtime_ns": found.st_mtime_ns}
 
 
 def sync_dir(path: Path) -> None:
