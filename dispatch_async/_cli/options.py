@@ -82,6 +82,12 @@ class JobOption(click.Option):
             return None
         return super().process_value(ctx, value)
 
+    def get_help_extra(self, ctx: click.Context) -> Any:
+        extra = super().get_help_extra(ctx)
+        if extra.pop("required", None):
+            extra["required"] = "required, except with --resume"
+        return extra
+
 
 _RESUMING = "dispatch_async.resuming"
 
