@@ -17,7 +17,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from dispatch_async._cli.commands import cli
 from dispatch_async._cli.job.spec import SendSettings
 from dispatch_async.callbacks import DeliveryTracker, SQLiteDeliveryStore
 from dispatch_async.testing import FakeDispatchServer, Fault
@@ -198,6 +200,12 @@ class TestResumingAFinishedJob:
         assert run.code == 2
         assert "--text 'other' is not what the job" in run.stderr
         assert sent_numbers(server) == before
+
+    def test_the_help_says_the_endpoint_s_flag_is_not_needed_with_resume(self) -> None:
+        shown = CliRunner().invoke(cli, ["send", "template", "--help"], terminal_width=200)
+        assert shown.exit_code == 0
+        assert "--template-id TEXT" in shown.output
+        assert "[required, except with --resume]" in shown.output
 
     async def test_a_new_job_without_its_required_flag_is_still_refused(
         self, env: dict[str, str], contacts: Path, tmp_path: Path
