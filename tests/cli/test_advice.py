@@ -131,6 +131,26 @@ class TestEveryPrintedCommandWorks:
         assert outcomes(out) == Counter(sent=6, invalid=2)
         assert source.exists()
 
+    async def test_the_command_a_stopped_job_prints_runs_as_printed(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        source = write_csv(tmp_path / "c.csv", "number", numbers(40))
+        out = tmp_path / "r.jsonl"
+        server.latency = 0.5
+        stopped = await dispatch_async(
+            "send", "basic", "--text", "hi", "-i", source, "-o", out,
+            "--chunk-size", "5", "--concurrency", "2", "--deadline", "0.2", env=env,
+        )  # fmt: skip
+        assert stopped.code == 1, stopped.stderr
+        assert has_journal(out), "stopped before its end"
+        resume = printed(stopped.stderr)[0]
+        assert resume == f"dispatch-async send --resume -o {out}", stopped.stderr
+        server.latency = 0
+        code, said = await run_printed(resume, env)
+        assert code == 1, said  # the two chunks in flight at the deadline stay maybe_sent
+        assert outcomes(out) == Counter(sent=30, maybe_sent=10)
+        assert max(sent_numbers(server).values()) == 1, "nothing sent twice"
+
     async def test_the_command_callbacks_reconcile_prints_runs_as_printed(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
