@@ -30,6 +30,7 @@ from tests.cli_helpers import (
     has_journal,
     kept_options,
     outcomes,
+    stopped_by_its_deadline,
     write_csv,
 )
 from tests.conftest import numbers
@@ -134,13 +135,7 @@ class TestEveryPrintedCommandWorks:
     async def test_the_command_a_stopped_job_prints_runs_as_printed(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
-        source = write_csv(tmp_path / "c.csv", "number", numbers(40))
-        out = tmp_path / "r.jsonl"
-        server.latency = 0.5
-        stopped = await dispatch_async(
-            "send", "basic", "--text", "hi", "-i", source, "-o", out,
-            "--chunk-size", "5", "--concurrency", "2", "--deadline", "0.2", env=env,
-        )  # fmt: skip
+        out, stopped = await stopped_by_its_deadline(server, env, tmp_path)
         assert stopped.code == 1, stopped.stderr
         assert has_journal(out), "stopped before its end"
         resume = printed(stopped.stderr)[0]

@@ -53,6 +53,7 @@ from tests.cli_helpers import (
     line_count,
     outcomes,
     records,
+    stopped_by_its_deadline,
     wait_for_records,
     write_csv,
     write_jsonl,
@@ -478,13 +479,7 @@ class TestExitCodes:
     async def test_deadline_stops_the_job_and_records_every_line_read(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:
-        source = write_csv(tmp_path / "c.csv", "number", numbers(40))
-        out = tmp_path / "r.jsonl"
-        server.latency = 0.5
-        run = await dispatch_async(
-            "send", "basic", "--text", "hi", "-i", source, "-o", out,
-            "--chunk-size", "5", "--concurrency", "2", "--deadline", "0.2", env=env,
-        )  # fmt: skip
+        out, run = await stopped_by_its_deadline(server, env, tmp_path)
         assert run.code == 1
         assert "the deadline passed after input line" in run.stderr
         found = by_line(out)
