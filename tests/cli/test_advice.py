@@ -204,6 +204,17 @@ class TestResumingAFinishedJob:
         assert sent_numbers(server) - before == Counter(_NOT_SENT), "nothing sent twice"
         assert again.code == 1, again.stderr
 
+    async def test_a_finished_job_whose_results_were_deleted_is_not_sent_again(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        _, out, _ = await finished_job(server, env, tmp_path)
+        before = sent_numbers(server)
+        forget(out)  # the record of what was sent: gone, its options kept beside it
+        run = await dispatch_async("send", "--resume", "-o", out, env=env)
+        assert run.code == 2
+        assert f"{out} does not exist: no job to resume there" in run.stderr
+        assert sent_numbers(server) == before
+
     async def test_a_flag_given_again_must_match_the_job(
         self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
     ) -> None:

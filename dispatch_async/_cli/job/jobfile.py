@@ -23,6 +23,7 @@ from here refuses one changed since (its rows would no longer be the job's lines
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from pathlib import Path
 
@@ -79,10 +80,16 @@ def forget_options(output: Path) -> None:
 def kept_options(output: Path) -> dict[str, object]:
     """The options kept for the finished job that wrote *output*.
 
+    Without *output* there are none: its results deleted, a resume of the job would send
+    every row again.
+
     Raises:
-        FileNotFoundError: none are kept (a job still running, or from before this file).
+        FileNotFoundError: none are kept (a job still running, or from before this file),
+            or *output* is gone.
         Problem: the file is not one of these.
     """
+    if not os.path.exists(output):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(output))
     options = _read(output).get("options")
     if type(options) is not dict:
         raise Problem(f"{job_path(output)} does not hold a job's options; fix or delete it")

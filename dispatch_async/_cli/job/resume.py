@@ -106,6 +106,11 @@ def resumed(
         if target is not None:
             # A job finished by an earlier dispatch-async, resumed with its flags.
             return _given(target, endpoints, output), options
+        if not output.exists():
+            raise Problem(
+                f"{output} does not exist: no job to resume there (its results are the "
+                "record of what was sent; without them every row would be sent again)"
+            ) from None
         raise Problem(
             f"{output} has no journal and no {job_path(output).name} beside it (a job "
             "finished by an earlier dispatch-async, or none ran): give the job's flags "
