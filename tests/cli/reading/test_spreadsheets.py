@@ -577,12 +577,16 @@ class TestExport:
         # By its name the file is a CSV: its lines are then rows, quoted as CSV.
         assert by_name.stdout.startswith('"{""number"": ')
 
-    async def test_without_a_journal_the_input_must_be_given_and_no_file_is_overwritten(
+    async def test_a_finished_job_names_its_input_an_earlier_one_needs_it_given(
         self, server: FakeDispatchServer, env: dict[str, str], excel: Path, tmp_path: Path
     ) -> None:
         out = tmp_path / "r.jsonl"
         done = await dispatch_async(*send_args(excel, out, "--number-column", "Telefone"), env=env)
         assert done.code == 0, done.stderr
+        found = await dispatch_async("export", out, "--outcome", "invalid", env=env)
+        assert found.code == 0, found.stderr
+        assert f"of {excel} (" in found.stderr, "the input the job kept beside its results"
+        forget(kept_options(out))  # as an earlier dispatch-async left a finished job
         bare = await dispatch_async("export", out, env=env)
         assert bare.code == 2
         assert "--input" in bare.stderr
