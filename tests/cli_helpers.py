@@ -87,6 +87,22 @@ async def killed_with_a_request_in_flight(
     assert has_journal(out), "killed before the end"
 
 
+async def stopped_by_its_deadline(
+    server: FakeDispatchServer, env: Mapping[str, str], tmp_path: Path
+) -> tuple[Path, Run]:
+    """A job of 40 rows stopped by ``--deadline`` with two requests of 5 in flight (the
+    simulator answers after 0.5 s): its results file and how it ended. (The numbers are
+    ``tests.conftest.numbers(40)``, which imports this module.)"""
+    source = write_csv(tmp_path / "c.csv", "number", [f"+55119{i:08d}" for i in range(40)])
+    out = tmp_path / "r.jsonl"
+    server.latency = 0.5
+    run = await dispatch_async(
+        "send", "basic", "--text", "hi", "-i", source, "-o", out,
+        "--chunk-size", "5", "--concurrency", "2", "--deadline", "0.2", env=env,
+    )  # fmt: skip
+    return out, run
+
+
 def write_csv(path: Path, header: str, lines: Iterable[str]) -> Path:
     path.write_text(header + "\n" + "".join(line + "\n" for line in lines), encoding="utf-8")
     return path
@@ -123,6 +139,16 @@ def files(directory: Path) -> list[str]:
 
 def has_journal(output: Path) -> bool:
     return Path(f"{output}.pending").exists()
+
+
+def kept_options(output: Path) -> Path:
+    """Where a finished job keeps its options: beside its results."""
+    return Path(f"{output}.job")
+
+
+def forget(path: Path) -> None:
+    """Delete *path* (a plain call, not an await)."""
+    path.unlink()
 
 
 async def wait_for_records(path: Path, count: int, process: asyncio.subprocess.Process) -> None:

@@ -31,6 +31,7 @@ from dispatch_async.callbacks import (
 )
 
 from .job.reconcile import reconcile as reconcile_results
+from .job.reconcile import still_maybe_sent
 from .options import prefix_option
 from .screen.problem import Problem
 
@@ -194,6 +195,8 @@ async def run_reconcile(results: Path, store: DeliveryStore, campaign_name: str)
         f"{done.left:,} still maybe_sent",
         err=True,
     )
+    if done.left and (export := still_maybe_sent(results)) is not None:
+        click.echo(f"{export} writes them out", err=True)
     return 0 if done.left == 0 else 1
 
 

@@ -28,6 +28,7 @@ from .job.resume import job_options, resumed, stored_job
 from .job.send import run_send
 from .job.spec import Display, InputSpec, JobSpec, SendSettings, Target
 from .options import (
+    JobOption,
     connection,
     export_options,
     progress_every_option,
@@ -69,8 +70,9 @@ def send(ctx: click.Context, /, **options: Any) -> None:
     The connection comes from DISPATCH_BASE_URL, DISPATCH_CLIENT_SECRET and
     DISPATCH_ACCOUNT (or --base-url, --client-secret-file, --account).
 
-    `send --resume -o FILE` continues a stopped job with the options it was started
-    with; a flag given again must match them.
+    `send --resume -o FILE` continues a stopped or finished job with the options it
+    was started with (its not_sent rows; maybe_sent ones with --resend-maybe-sent); a
+    flag given again must match them.
     """
     given = [
         p.opts[-1]
@@ -90,7 +92,7 @@ def send(ctx: click.Context, /, **options: Any) -> None:
 
 
 @send.command("template")
-@click.option("--template-id", required=True, help="The template to send.")
+@click.option("--template-id", cls=JobOption, required=True, help="The template to send.")
 @click.option("--webhook", metavar="URL", help="Webhook address for this dispatch.")
 @send_options
 def send_template(template_id: str, webhook: str | None, **options: Any) -> None:
@@ -99,7 +101,7 @@ def send_template(template_id: str, webhook: str | None, **options: Any) -> None
 
 
 @send.command("basic")
-@click.option("--text", required=True, help="The message text.")
+@click.option("--text", cls=JobOption, required=True, help="The message text.")
 @send_options
 def send_basic(text: str, **options: Any) -> None:
     """Send a text message (POST /api/v3/basic)."""
@@ -107,7 +109,7 @@ def send_basic(text: str, **options: Any) -> None:
 
 
 @send.command("single")
-@click.option("--text", required=True, help="The message text.")
+@click.option("--text", cls=JobOption, required=True, help="The message text.")
 @send_options
 def send_single(text: str, **options: Any) -> None:
     """Send a text message through POST /api/v3/single."""
@@ -115,7 +117,9 @@ def send_single(text: str, **options: Any) -> None:
 
 
 @send.command("webhook")
-@click.option("--webhook", required=True, metavar="URL", help="Where the service reports.")
+@click.option(
+    "--webhook", cls=JobOption, required=True, metavar="URL", help="Where the service reports."
+)
 @click.option("--text", help="The message text.")
 @click.option("--template-id", help="Or a template.")
 @send_options

@@ -19,6 +19,7 @@ from .reading.csv import DELIMITERS
 from .reading.encoding import ENCODINGS
 
 __all__ = [
+    "JobOption",
     "connection",
     "connection_options",
     "export_options",
@@ -63,6 +64,32 @@ def _positive(ctx: click.Context, param: click.Parameter, value: str, otherwise:
     if not (rate > 0 and math.isfinite(rate)):
         raise click.BadParameter(f"{value!r} {otherwise}", ctx, param)
     return rate
+
+
+class JobOption(click.Option):
+    """A flag an endpoint requires, except with ``--resume``: the job's stored options
+    give it then (``job.resume`` says what is missing when none are stored).
+
+    Still ``required`` to what reads the flag (the help, ``resume.stored_job``).
+    """
+
+    def handle_parse_result(self, ctx: click.Context, opts: Any, args: Any) -> Any:
+        ctx.meta[_RESUMING] = bool(opts.get("resume"))
+        return super().handle_parse_result(ctx, opts, args)
+
+    def process_value(self, ctx: click.Context, value: Any) -> Any:
+        if ctx.meta.get(_RESUMING) and self.value_is_missing(value):
+            return None
+        return super().process_value(ctx, value)
+
+    def get_help_extra(self, ctx: click.Context) -> Any:
+        extra = super().get_help_extra(ctx)
+        if extra.pop("required", None):
+            extra["required"] = "required, except with --resume"
+        return extra
+
+
+_RESUMING = "dispatch_async.resuming"
 
 
 # -- options shared by several commands (each declared here, once) ------------------
@@ -253,8 +280,8 @@ send_options = _options(
     click.option(
         "--resume",
         is_flag=True,
-        help="Continue the job that wrote --output with its options (from its journal): "
-        "skip every recorded line.",
+        help="Continue the job that wrote --output, stopped or finished, with its options "
+        "(kept with its results): skip every recorded line, send the not_sent ones again.",
     ),
     click.option(
         "--resend-maybe-sent",
@@ -356,8 +383,8 @@ export_options = _options(
         "--input",
         "input_path",
         type=click.Path(exists=True, dir_okay=False),
-        help="The job's input, which the rows are taken from (default: the one its journal "
-        "names, while it has one).",
+        help="The job's input, which the rows are taken from (default: the one the job "
+        "stored; needed for the results of an earlier dispatch-async).",
     ),
     click.option(
         "--with-reason",

@@ -344,7 +344,7 @@ class TestExportArguments:
         error = [line for line in guess.stderr.splitlines() if line.startswith("Error: ")]
         assert error == [
             f"Error: {out} is a job's results: name it first, `dispatch-async export {out} "
-            f"-i SPREADSHEET -o {retry}` (-i is the job's input, the spreadsheet it read)"
+            f"-o {retry}` (-i is the job's input, the spreadsheet it read)"
         ]
         assert not retry.exists()
         swapped = await dispatch_async("export", pix, "-i", out, env=env)

@@ -41,6 +41,7 @@ from ..reading.rows import CsvLayout
 from ..screen.outcomes import OUTCOMES
 from ..screen.problem import FAILED, OK, Problem
 from ..screen.words import counted
+from .jobfile import input_changed, job_path
 from .journal import journal_path
 
 __all__ = ["ExportSpec", "correction", "is_results", "neutralised", "run_export"]
@@ -96,8 +97,9 @@ def correction(results: Path | None, input_path: str | None, output: Path | None
         return None
     to = f" -o {output}" if output is not None else ""
     if input_path is not None and is_results(input_path):
-        # A finished job has no journal to name its input: then it must be given too.
-        given = "" if journal_path(Path(input_path)).exists() else " -i SPREADSHEET"
+        # A job of an earlier dispatch-async kept nothing to name its input: give it too.
+        named = journal_path(Path(input_path)).exists() or job_path(Path(input_path)).exists()
+        given = "" if named else " -i SPREADSHEET"
         return (
             f"{input_path} is a job's results: name it first, `dispatch-async export "
             f"{input_path}{given}{to}` (-i is the job's input, the spreadsheet it read)"
@@ -118,14 +120,23 @@ def neutralised(cell: str) -> str:
 def run_export(spec: ExportSpec, err: TextIO, stored: Mapping[str, Any] | None = None) -> int:
     """Write the rows; the exit code (1 when some lines were not found in the input).
 
-    *stored*: the options the job's journal stores, as ``resume.stored_job`` checked
-    them; they name the input when ``--input`` is not given.
+    *stored*: the options the job stored (in its journal, or once finished beside its
+    results), as ``resume.stored_job`` checked them; they name the input when ``--input``
+    is not given.
     """
+    given = spec.input_path is not None
     spec = _complete_from_journal(spec, stored)
+    if not given and spec.input_path is not None and input_changed(spec.results, spec.input_path):
+        raise Problem(
+            f"{spec.input_path}, the input of the job writing {spec.results}, changed since "
+            "the job finished: its lines may no longer be the job's rows. Give the input "
+            "as the job read it with --input (or this one, to export from it as it is)"
+        )
     if spec.input_path is None:
         raise Problem(
             f"which input did the job writing {spec.results} read? Give it with --input "
-            "(its journal, which remembers it, is gone once a job has finished)"
+            f"(a job of an earlier dispatch-async kept no {job_path(spec.results).name} "
+            "to name it)"
         )
     unknown = spec.outcomes.difference(OUTCOMES)
     if unknown:

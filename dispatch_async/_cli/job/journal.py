@@ -31,7 +31,8 @@ A resume compacts the output first: it keeps one record per line (the first), dr
 records of lines to do again (``not_sent``, malformed rows, and ``maybe_sent`` with
 ``--resend-maybe-sent``) and a torn last line, and replaces the file atomically. The
 journal's reset block is written before that replacement, so a crash in between loses
-nothing. The journal is deleted when a job has accounted for its whole input.
+nothing. The journal is deleted when a job has accounted for its whole input, after its
+options are kept beside the output (``results.jsonl.job``, see ``jobfile``).
 
 Journals of earlier versions stay readable. ``dispatch-async journal 1`` stores no
 options: it resumes with the job's flags given again. Version 1 and 2 entries are plain
@@ -58,6 +59,7 @@ import orjson
 
 from ..reading.rows import Row
 from ..screen.problem import DISK_ERRORS, FAILED, USAGE, Problem
+from .jobfile import forget_options, keep_options, kept_options, sync_dir
 from .recorded import Recorded, fingerprints, new_record
 
 try:
@@ -85,6 +87,7 @@ class JobFiles:
         self._header = _HEADER_V1 if options is None else _MAGIC + b"4 " + options
         #: When this run started (ISO 8601): the ``since`` of what it may have sent.
         self.since = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        self._options = options  # kept beside the output once the journal goes (jobfile)
         real = Path(os.path.realpath(output))
         self.journal = journal_path(output)
         self._real = real
@@ -129,6 +132,7 @@ class JobFiles:
                         f"{path} exists: add --resume to continue that job, "
                         "or choose another --output"
                     )
+            forget_options(self.output)  # of a job whose results were deleted: not this one
         recorded = new_record(resend_maybe_sent, dedupe, self.max_line)
         ours = False  # a journal this run created and locked: removed again on failure
         try:
@@ -167,7 +171,7 @@ class JobFiles:
                 self._held = None
             self._out = os.open(self._real, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             self._lock(self._out)
-            _sync_dir(self._real)
+            sync_dir(self._real)
         except BaseException as exc:
             for path in (self._scratch, self.journal) if ours else (self._scratch,):
                 with contextlib.suppress(FileNotFoundError):
@@ -215,7 +219,7 @@ class JobFiles:
             sink.flush()
             os.fsync(sink.fileno())
         os.replace(self._scratch, self._real)
-        _sync_dir(self._real)
+        sync_dir(self._real)
 
     def _reset_journal(self, recorded: Recorded) -> None:
         entries = [b"reset"]
@@ -246,9 +250,14 @@ class JobFiles:
         """Sync and close; a job that accounted for its whole input needs no journal."""
         self.sync()
         if complete:
+            # The options first: until the journal is gone, it still holds them.
+            if self._options is None:
+                forget_options(self.output)
+            else:
+                keep_options(self.output, self._options)
             with contextlib.suppress(FileNotFoundError):
                 self.journal.unlink()
-            _sync_dir(self._real)
+            sync_dir(self._real)
         self.close()
 
     def close(self) -> None:
@@ -274,17 +283,23 @@ def journal_path(output: Path) -> Path:
 
 
 def stored_options(output: Path) -> dict[str, object] | None:
-    """The options the job writing *output* was started with, if its journal has them.
+    """The options the job writing *output* was started with: its journal's, or once the
+    job has finished, those kept beside its results (``jobfile``).
 
     None for a journal from before options were stored, and for a header torn by a kill,
     or never written (nothing was sent under it: ``start`` writes it again).
 
     Raises:
-        FileNotFoundError: *output* has no journal (the job finished, or never started).
+        FileNotFoundError: *output* has no journal and no options kept (a job finished by
+            an earlier dispatch-async, or never started).
         Problem: the journal is not a dispatch-async journal.
     """
     path = journal_path(output)
-    with open(path, "rb") as stream:
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return kept_options(output)
+    with stream:
         header = stream.readline(1 << 20)
     if header.rstrip(b"\n") == _HEADER_V1 or (
         _MAGIC.startswith(header[: len(_MAGIC)]) and not header.endswith(b"\n")
@@ -416,24 +431,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _sync_dir(path: Path) -> None:
-    """Make a file's creation, rename or removal durable (POSIX; a no-op elsewhere).
-
-    A directory that cannot be synced (Windows, some filesystems) is let be; a failing
-    disk is not: the change may not last, and a journal that vanishes resends lines.
-    """
-    try:
-        fd = os.open(path.parent if str(path.parent) else ".", os.O_RDONLY)
-    except OSError as exc:  # pragma: no cover - Windows cannot open a directory; POSIX can
-        if exc.errno in DISK_ERRORS:
-            raise
-        return
-    try:
-        os.fsync(fd)
-    except OSError as exc:  # pragma: no cover - some filesystems refuse (EINVAL); tmp does not
-        if exc.errno in DISK_ERRORS:
-            raise
-    finally:
-        os.close(fd)

@@ -75,8 +75,7 @@ async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
     settings = spec.settings
     err = spec.display.err
     count = _Count()
-    lines: deque[int] = deque()  # the input line of each position read and not yet planned
-    example: list[Row] = []  # the first row to send
+    read: deque[Row] = deque()  # the row of each position read and not yet planned
 
     def messages() -> Iterator[dict[str, Any]]:
         while True:
@@ -91,10 +90,8 @@ async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
                 if count.malformed <= SHOWN_MALFORMED:
                     print(malformed_note(row), file=err)
             count.rows += len(reading.rows)
-            if reading.rows and not example:
-                example.append(reading.rows[0])
             for row in reading.rows:
-                lines.append(row.line)
+                read.append(row)
                 yield row.message  # type: ignore[misc]
             if reading.end:
                 return
@@ -103,9 +100,14 @@ async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
     last: tuple[int, int, int] | None = None
     planned = 0
     refused: Counter[str] = Counter()
+    example: Row | None = None  # the first row sent: not one the screening refuses
+    first_refused: tuple[Row, str] | None = None
     async for chunk in da.plan(messages(), **settings.options()):
-        span = [lines.popleft() for _ in chunk.positions]
+        planned_rows = [read.popleft() for _ in chunk.positions]
+        span = [row.line for row in planned_rows]
         refused.update(invalid.reason for invalid in chunk.refused)
+        if example is None or (first_refused is None and chunk.refused):
+            example, first_refused = _examples(chunk, planned_rows, example, first_refused)
         planned += 1
         last = (len(chunk.numbers), span[0], span[-1])
         if len(chunks) < _SHOWN_CHUNKS:
@@ -130,9 +132,31 @@ async def _plan(spec: JobSpec, rows: Rows, source: Source, out: TextIO) -> int:
             report.append(f"  ... {counted(planned - len(chunks) - 1, 'more chunk')} ...")
         size, first, end = last
         report.append(f"  chunk {planned}: {counted(size, 'recipient')}, {_lines(first, end)}")
-    report += _variables(rows, example[0] if example else None)
+    report += _variables(rows, example)
+    if first_refused is not None:
+        row, reason = first_refused
+        report.append(
+            f"first refused, line {row.line:,}: number {_cut(row.number or '')}: {reason}"
+        )
     print("\n".join(report), file=out)
     return OK
+
+
+def _examples(
+    chunk: da.PlannedChunk,
+    rows: list[Row],
+    example: Row | None,
+    first_refused: tuple[Row, str] | None,
+) -> tuple[Row | None, tuple[Row, str] | None]:
+    """The first row sent and the first refused (with why), looking into one more chunk."""
+    reasons = {invalid.position: invalid.reason for invalid in chunk.refused}
+    for position, row in zip(chunk.positions, rows, strict=True):
+        reason = reasons.get(position)
+        if reason is None:
+            example = example or row
+        elif first_refused is None:
+            first_refused = (row, reason)
+    return example, first_refused
 
 
 def _counts(
@@ -190,7 +214,8 @@ def _layout(rows: Rows) -> str:
 
 
 def _variables(rows: Rows, example: Row | None) -> list[str]:
-    """The vars every recipient carries, and the first row to send as an example.
+    """The vars every recipient carries, and the first row sent as an example (never one
+    the screening refuses: that one is told apart, with why).
 
     The example shows a number: this report is for the person who asked, on stdout,
     never logged.

@@ -29,7 +29,9 @@ import orjson
 import dispatch_async as da
 from dispatch_async.callbacks import DeliveryTracker, resolve_maybe_sent
 
+from ..screen.advice import export_command
 from ..screen.problem import Problem
+from .jobfile import kept_options
 from .journal import journal_path
 from .records import CALLBACK, sent_record
 
@@ -38,7 +40,7 @@ try:
 except ImportError:  # pragma: no cover - not on Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Reconciled", "reconcile"]
+__all__ = ["Reconciled", "reconcile", "still_maybe_sent"]
 
 
 @attrs.frozen
@@ -51,6 +53,19 @@ class Reconciled:
     @property
     def left(self) -> int:
         return self.maybe_sent - self.confirmed
+
+
+def still_maybe_sent(results: Path) -> str | None:
+    """The export command for the records left ``maybe_sent``, as the send's summary
+    prints it; None when the job kept no options to run it as printed (an earlier
+    version's results: ``export -i``)."""
+    try:
+        input_path = kept_options(results).get("input_path")
+    except (OSError, Problem):
+        return None
+    return (
+        export_command(results, "maybe_sent", input_path) if isinstance(input_path, str) else None
+    )
 
 
 async def reconcile(results: Path, tracker: DeliveryTracker, campaign_name: str) -> Reconciled:

@@ -1,10 +1,12 @@
 """``send --resume`` without retyping: the job's options, stored in its journal's header.
 
 A new job writes what defines it (the endpoint and its fields, the input and how it is
-read, the chunk size and screening) into the journal it starts. ``--resume`` reads them
-back: a flag left out takes the job's value, a flag given again must say the same or the
-run is refused (exit 2, naming the flag). Run-time flags (connection, concurrency,
-deadline, display) are not part of a job and may change from run to run.
+read, the chunk size and screening) into the journal it starts, and keeps them beside its
+results when it finishes (``jobfile``). ``--resume`` reads them back, in either form
+(``send --resume -o FILE`` or ``send ENDPOINT -o FILE --resume``): a flag left out
+takes the job's value, a flag given again must say the same or the run is refused (exit
+2, naming the flag). Run-time flags (connection, concurrency, deadline, display) are not
+part of a job and may change from run to run.
 
 What the journal stores is taken as the flag takes it: through the flag's own click type
 and callback, after a check that the JSON value is of the kind that flag gives (a string,
@@ -26,6 +28,7 @@ from click.core import ParameterSource
 
 from ..reading.rows import Rows
 from ..screen.problem import DISK_ERRORS, FAILED, USAGE, Problem
+from .jobfile import job_path
 from .journal import journal_path, stored_options
 from .spec import Target
 
@@ -101,19 +104,26 @@ def resumed(
         stored = stored_job(ctx, output, endpoints, target)
     except FileNotFoundError:
         if target is not None:
-            return target, options  # a finished job resumed with its flags, as always
+            # A job finished by an earlier dispatch-async, resumed with its flags.
+            return _given(target, endpoints, output), options
+        if not output.exists():
+            raise Problem(
+                f"{output} does not exist: no job to resume there (its results are the "
+                "record of what was sent; without them every row would be sent again)"
+            ) from None
         raise Problem(
-            f"{output} has no journal ({journal.name}): the job ran to its "
-            "end, so its options are gone. Give its flags again (send ENDPOINT ... -o "
-            f"{output} --resume) to send its not_sent lines, or write them to a retry "
-            f"file with: dispatch-async export {output} --input FILE -o retry.csv"
+            f"{output} has no journal and no {job_path(output).name} beside it (a job "
+            "finished by an earlier dispatch-async, or none ran): give the job's flags "
+            f"again (send ENDPOINT ... -o {output} --resume) to send its not_sent lines, or "
+            f"write them to a retry file with: dispatch-async export {output} --input FILE "
+            "-o retry.csv"
         ) from None
     except OSError as exc:
         code = FAILED if exc.errno in DISK_ERRORS else USAGE
         raise Problem(f"cannot read {journal}: {exc.strerror}", code) from None
     if stored is None:
         if target is not None:
-            return target, options
+            return _given(target, endpoints, output), options
         raise Problem(
             f"{journal} holds no options (it was written by an earlier "
             "dispatch-async, or cut short before anything was sent): give the job's flags "
@@ -138,6 +148,22 @@ def resumed(
         combined[name] = value
     fields: dict[str, Any] = {field: combined.get(field) for field in _TARGET_FIELDS}
     return Target(**fields), combined
+
+
+def _given(target: Target, endpoints: Mapping[str, click.Command], output: Path) -> Target:
+    """*target* when every flag its endpoint requires was given (no options are stored).
+
+    Raises:
+        Problem: a required flag is missing (``JobOption`` lets it be with --resume).
+    """
+    given = attrs.asdict(target)
+    for param in endpoints[target.endpoint].params:
+        if param.required and param.name in given and given[param.name] is None:
+            raise Problem(
+                f"Missing option '{param.opts[-1]}': {output} has no options stored with "
+                "it (a job of an earlier dispatch-async), so give the job's flags again"
+            )
+    return target
 
 
 def stored_job(

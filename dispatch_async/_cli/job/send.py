@@ -23,7 +23,7 @@ import dispatch_async as da
 
 from ..reading.exclude import ExcludeList
 from ..reading.input import count_lines, line_bound
-from ..screen.advice import export_command, too_many_invalid
+from ..screen.advice import export_command, resume_command, too_many_invalid
 from ..screen.flags import in_our_words
 from ..screen.problem import FAILED, OK, USAGE, Problem
 from ..screen.progress import logging_to, make_progress, render_summary
@@ -202,12 +202,12 @@ def _conclude(spec: JobSpec, job: SendJob, ended: da.DispatchError | None) -> in
         raise Problem(f"the job stopped: {failure}", FAILED)
     if ended is not None and job.stopped is None:
         print(f"the job stopped: {ended}", file=err)
-    if job.stopped or not job.complete:
+    if (job.stopped or not job.complete) and spec.output is not None:
         why = job.stopped or (
             "the deadline passed" if ended is None and spec.settings.deadline else "stopped"
         )
         print(
-            f"{why} after input line {job.last_line:,}: run again with --resume to continue",
+            f"{why} after input line {job.last_line:,}: {resume_command(spec.output)} continues",
             file=err,
         )
     totals = job.counts()
@@ -216,7 +216,9 @@ def _conclude(spec: JobSpec, job: SendJob, ended: da.DispatchError | None) -> in
     too_large = tally.too_large
     if not_sent or maybe_sent:
         others = "other " if too_large else ""
-        hint = f"; --resume sends the {others}not_sent ones again" if not_sent > too_large else ""
+        hint = ""
+        if not_sent > too_large and spec.output is not None:
+            hint = f"; {resume_command(spec.output)} sends the {others}not_sent ones again"
         print(
             f"failed: {not_sent:,} not_sent, {maybe_sent:,} maybe_sent "
             f'(see "outcome" in {spec.output}){hint}',
@@ -236,7 +238,8 @@ def _conclude(spec: JobSpec, job: SendJob, ended: da.DispatchError | None) -> in
             "maybe_sent rows may have reached the service: check them before sending them "
             "again (they may arrive twice); "
             f"{export_command(spec.output, 'maybe_sent', spec.input.path)} writes them out "
-            "as an input of their own",
+            "as an input of their own; once checked, "
+            f"{resume_command(spec.output, resend_maybe_sent=True)} sends them again",
             file=err,
         )
     too_many = too_many_invalid(totals, spec.max_invalid)

@@ -4,7 +4,9 @@ Numbers written as at home (``(11) 98765-4321``) are rejected by the service unl
 ``--prevalidate`` puts them in E.164 with the region's code; when most rejections look
 like that, the summary says so and names the flags. ``--max-invalid`` makes too many
 rejections a failure. Rows that may have been sent are to be checked, and the export
-command that writes them out is named.
+command that writes them out is named. Every command printed here works as printed on
+the finished job's results file alone (its options are kept beside it: ``job.jobfile``);
+``tests/cli/test_advice.py`` runs each one.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from typing import Protocol
 
 import dispatch_async as da
 
-__all__ = ["HOME_REGION", "LocalNumbers", "Screening", "export_command", "too_many_invalid"]
+__all__ = [
+    "HOME_REGION",
+    "LocalNumbers",
+    "Screening",
+    "export_command",
+    "resume_command",
+    "too_many_invalid",
+]
 
 #: The region tried for rejected numbers when neither --region nor DISPATCH_REGION gives
 #: one: the service is Brazilian, and so are most of the lists sent through it.
@@ -98,3 +107,13 @@ def export_command(output: Path, outcome: str, input_path: str) -> str:
         f"dispatch-async export {shlex.quote(str(output))} --outcome {outcome} "
         f"-o {shlex.quote(str(to))}"
     )
+
+
+def resume_command(output: Path, *, resend_maybe_sent: bool = False) -> str:
+    """The command that continues the job writing *output* with the options it kept.
+
+    It sends the ``not_sent`` rows again, and the ``maybe_sent`` ones only with
+    *resend_maybe_sent*; a ``sent`` row never.
+    """
+    again = " --resend-maybe-sent" if resend_maybe_sent else ""
+    return f"dispatch-async send --resume{again} -o {shlex.quote(str(output))}"

@@ -23,8 +23,10 @@ from dispatch_async.testing import FakeDispatchServer, Fault
 from tests.cli_helpers import (
     by_line,
     dispatch_async,
+    forget,
     has_journal,
     interrupted,
+    kept_options,
     killed_with_a_request_in_flight,
     outcomes,
     raw,
@@ -456,16 +458,21 @@ class TestResumeWithoutFlags:
         assert sorted(by_line(out)) == sorted(expected)
         assert server.stats.received == Counter(expected.values())
 
-    async def test_a_finished_job_has_no_journal_and_resume_without_flags_says_what_to_do(
+    async def test_a_finished_job_resumes_from_its_results_and_an_earlier_one_says_how(
         self, server: FakeDispatchServer, env: dict[str, str], excel: Path, tmp_path: Path
     ) -> None:
         out = tmp_path / "r.jsonl"
         done = await dispatch_async(*send_args(excel, out, "--number-column", "Telefone"), env=env)
         assert done.code == 0, done.stderr
         run = await dispatch_async("send", "--resume", "-o", out, env=env)
-        assert run.code == 2
-        assert "has no journal" in run.stderr
-        assert "dispatch-async export" in run.stderr
+        assert run.code == 0, run.stderr
+        assert server.stats.dispatch_calls == 1, "every row was sent: none again"
+
+        forget(kept_options(out))  # as an earlier dispatch-async left a finished job
+        earlier = await dispatch_async("send", "--resume", "-o", out, env=env)
+        assert earlier.code == 2
+        assert "has no journal and no r.jsonl.job beside it" in earlier.stderr
+        assert "dispatch-async export" in earlier.stderr
         assert server.stats.dispatch_calls == 1
 
     async def test_a_journal_header_torn_by_a_kill_is_written_again(
@@ -570,12 +577,16 @@ class TestExport:
         # By its name the file is a CSV: its lines are then rows, quoted as CSV.
         assert by_name.stdout.startswith('"{""number"": ')
 
-    async def test_without_a_journal_the_input_must_be_given_and_no_file_is_overwritten(
+    async def test_a_finished_job_names_its_input_an_earlier_one_needs_it_given(
         self, server: FakeDispatchServer, env: dict[str, str], excel: Path, tmp_path: Path
     ) -> None:
         out = tmp_path / "r.jsonl"
         done = await dispatch_async(*send_args(excel, out, "--number-column", "Telefone"), env=env)
         assert done.code == 0, done.stderr
+        found = await dispatch_async("export", out, "--outcome", "invalid", env=env)
+        assert found.code == 0, found.stderr
+        assert f"of {excel} (" in found.stderr, "the input the job kept beside its results"
+        forget(kept_options(out))  # as an earlier dispatch-async left a finished job
         bare = await dispatch_async("export", out, env=env)
         assert bare.code == 2
         assert "--input" in bare.stderr
