@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .chunks import GROUP, QueueRedis, block_ms, ensure_group, redis_errors
+from .link import wrong_setting
 
 __all__ = ["Consumer", "Entry"]
 
@@ -42,7 +43,7 @@ class Consumer:
     *handle* must acknowledge the entry, or leave it to be taken over after *takeover*
     seconds. With *burst*, a slot ends once the stream is empty (no entry left in it,
     being handled or not) and a Redis failure ends the run; without, Redis failures are
-    logged and tried again.
+    logged and tried again, except an answer that a setting is wrong (``MOVED``...).
     """
 
     def __init__(
@@ -97,8 +98,8 @@ class Consumer:
             except redis_errors() as exc:
                 if self._stopping():  # the command was cut by the stop, not by Redis
                     raise asyncio.CancelledError from None
-                if self.burst:
-                    raise
+                if self.burst or wrong_setting(self.redis, exc) is not None:
+                    raise  # a wrong setting (MOVED, NOPERM...): no retry helps
                 log.warning("Redis failed while handling entry %s: %s", entry[0].decode(), exc)
             except Exception:
                 log.exception("entry %s failed; it is taken over later", entry[0].decode())
@@ -135,8 +136,8 @@ class Consumer:
             except redis_errors() as exc:
                 if self._stopping():  # the command was cut by the stop, not by Redis
                     raise asyncio.CancelledError from None
-                if self.burst:
-                    raise
+                if self.burst or wrong_setting(self.redis, exc) is not None:
+                    raise  # a wrong setting (MOVED, NOPERM...): no retry helps
                 if "NOGROUP" in str(exc):
                     # Redis lost the group (restarted without persistence).
                     with contextlib.suppress(*redis_errors()):

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import dispatch_async as da
 
-from .chunks import DONE, JobKeys, QueueRedis, block_ms, check_job_id, check_prefix
+from .chunks import DONE, JobKeys, QueueRedis, block_ms, check_job_id, check_prefix, job_keys
 
 __all__ = ["wait_until_done"]
 
@@ -38,7 +38,7 @@ async def wait_until_done(
     meanwhile, and when the entries read say the job is done. *on_progress* (done,
     chunks) is called at most every *every* seconds, and once at the end.
     """
-    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
+    keys = job_keys(redis, check_prefix(key_prefix), check_job_id(job))
     loop = asyncio.get_running_loop()
     shown = -math.inf
     # Read from the stream's last entry before the first count: nothing stored after
