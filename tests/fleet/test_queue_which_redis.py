@@ -25,6 +25,7 @@ from tests.fleet.test_queue import (
     write_input,
 )
 from tests.fleet.test_queue import cli as run
+from tests.fleet.test_queue_wakeups import documented_queue_acl
 
 
 def send_args(queue: str, prefix: str, source: Path, job: str, *more: str) -> tuple[str, ...]:
@@ -75,6 +76,27 @@ class TestACluster:
             assert await client.exists(f"{{{prefix}chunks}}") == 1
         finally:
             await client.aclose()
+
+    async def test_the_guides_acl_with_its_cluster_additions_is_enough(
+        self, redis_cluster: Cluster, prefix: str, tmp_path: Path
+    ) -> None:
+        words = documented_queue_acl()[1:]  # after the user's name
+        assert "~acme-dispatch:*" in words
+        rules = [
+            w.replace("~acme-dispatch:*", f"~{{{prefix}*").replace("PASSWORD", "s3cret")
+            for w in words
+        ] + ["+info", "+cluster|slots", "+command"]  # the guide's additions on a Cluster
+        user = f"fleet-{prefix.rstrip(':')}"
+        for port in redis_cluster.ports:
+            cli(
+                port, "acl", "setuser", user, "reset", *rules, "+info", "+cluster|slots", "+command"
+            )
+        try:
+            url = f"redis://{user}:s3cret@127.0.0.1:{redis_cluster.ports[1]}/0"
+            await run_a_job(url, prefix, tmp_path)
+        finally:
+            for port in redis_cluster.ports:
+                cli(port, "acl", "deluser", user)
 
     async def test_the_producer_waits_for_the_workers_and_writes_the_report(
         self, redis_cluster: Cluster, prefix: str, tmp_path: Path

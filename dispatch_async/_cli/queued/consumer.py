@@ -43,7 +43,7 @@ class Consumer:
     *handle* must acknowledge the entry, or leave it to be taken over after *takeover*
     seconds. With *burst*, a slot ends once the stream is empty (no entry left in it,
     being handled or not) and a Redis failure ends the run; without, Redis failures are
-    logged and tried again, except an answer that a setting is wrong (``MOVED``...).
+    logged and tried again.
     """
 
     def __init__(
@@ -98,13 +98,25 @@ class Consumer:
             except redis_errors() as exc:
                 if self._stopping():  # the command was cut by the stop, not by Redis
                     raise asyncio.CancelledError from None
-                if self.burst or wrong_setting(self.redis, exc) is not None:
-                    raise  # a wrong setting (MOVED, NOPERM...): no retry helps
-                log.warning("Redis failed while handling entry %s: %s", entry[0].decode(), exc)
+                if self.burst:
+                    raise
+                self._failed(
+                    exc, "Redis failed while handling entry %s: %s", entry[0].decode(), exc
+                )
             except Exception:
                 log.exception("entry %s failed; it is taken over later", entry[0].decode())
             finally:
                 self._held.discard(entry[0])
+
+    def _failed(self, exc: BaseException, outage: str, *args: object) -> None:
+        """Log a Redis failure that is tried again: an outage as *outage*, an answer that
+        a setting is wrong (``MOVED``, ``NOPERM``...) as an error saying what to change
+        (once changed, the worker goes on)."""
+        wrong = wrong_setting(self.redis, exc)
+        if wrong is not None:
+            log.error("%s; trying again", wrong.message)
+        else:
+            log.warning(outage, *args)
 
     def _stopping(self) -> bool:
         """Whether this slot or the whole consumer is being cancelled.
@@ -136,14 +148,14 @@ class Consumer:
             except redis_errors() as exc:
                 if self._stopping():  # the command was cut by the stop, not by Redis
                     raise asyncio.CancelledError from None
-                if self.burst or wrong_setting(self.redis, exc) is not None:
-                    raise  # a wrong setting (MOVED, NOPERM...): no retry helps
+                if self.burst:
+                    raise
                 if "NOGROUP" in str(exc):
                     # Redis lost the group (restarted without persistence).
                     with contextlib.suppress(*redis_errors()):
                         await ensure_group(self.redis, self.stream)
                     continue
-                log.warning("Redis failed: %s: %s; trying again", type(exc).__name__, exc)
+                self._failed(exc, "Redis failed: %s: %s; trying again", type(exc).__name__, exc)
                 await asyncio.sleep(_RETRY_AFTER)
 
     async def _read(self, seconds: float) -> Entry | None:
