@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -126,6 +127,43 @@ class TestACluster:
 
 def cluster_client(cluster: Cluster) -> redis.asyncio.RedisCluster:
     return redis.asyncio.RedisCluster(host="127.0.0.1", port=cluster.ports[0])
+
+
+class TestFailover:
+    async def test_a_failover_of_the_jobs_primary_mid_job_loses_and_repeats_nothing(
+        self, redis_cluster: Cluster, prefix: str, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "in.csv"
+        numbers = write_input(source)
+        output = tmp_path / "results.jsonl"
+        queue = redis_cluster.url
+        async with FakeDispatchServer(client_secret="queue-test-secret", latency=1.0) as server:
+            env = worker_env(server)
+            workers = [await start_worker(server, queue, prefix, burst=False) for _ in range(2)]
+            try:
+                producer = asyncio.create_task(
+                    run(*send_args(queue, prefix, source, "f", "-o", str(output)), env=env)
+                )
+
+                async def a_request() -> int:
+                    return server.stats.requests
+
+                await until(a_request, 30, "the first request")
+                primary = redis_cluster.primary_for(f"{{{prefix}job:f}}")
+                await asyncio.to_thread(redis_cluster.fail_over, primary)
+                code, err = await producer
+            finally:
+                for worker in workers:
+                    worker.send_signal(signal.SIGTERM)
+                    await asyncio.wait_for(worker.communicate(), 30)
+            stats = server.stats
+        assert code == 0, err
+        records = read_report(output)
+        assert [r["line"] for r in records] == list(range(2, LINES + 2))
+        assert Counter(r["outcome"] for r in records) == {"sent": LINES - 2, "invalid": 2}
+        assert not stats.duplicates
+        assert sorted(stats.received) == sorted(numbers.values())
+        assert [w.returncode for w in workers] == [0, 0]
 
 
 class TestSentinel:

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .chunks import GROUP, QueueRedis, block_ms, ensure_group, redis_errors
-from .link import wrong_setting
+from .link import cut_by_failover, wrong_setting
 
 __all__ = ["Consumer", "Entry"]
 
@@ -148,6 +148,8 @@ class Consumer:
             except redis_errors() as exc:
                 if self._stopping():  # the command was cut by the stop, not by Redis
                     raise asyncio.CancelledError from None
+                if cut_by_failover(exc):
+                    continue
                 if self.burst:
                     raise
                 if "NOGROUP" in str(exc):

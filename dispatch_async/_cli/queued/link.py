@@ -27,6 +27,7 @@ __all__ = [
     "connect",
     "connected",
     "connection_of",
+    "cut_by_failover",
     "disconnect",
     "redis_errors",
     "unreachable",
@@ -64,6 +65,14 @@ def redis_errors() -> tuple[type[BaseException], ...]:
     import redis.exceptions
 
     return (redis.exceptions.RedisError, OSError)
+
+
+def cut_by_failover(exc: BaseException) -> bool:
+    """Whether *exc* ended a blocking read because its Redis became a replica (a
+    failover): read again, from the new primary (the next command is redirected)."""
+    import redis.exceptions
+
+    return isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("UNBLOCKED")
 
 
 def connection_of(redis: QueueRedis) -> da.RedisConnection | None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import dispatch_async as da
 
 from .chunks import DONE, JobKeys, QueueRedis, block_ms, check_job_id, check_prefix, job_keys
+from .link import cut_by_failover, redis_errors
 
 __all__ = ["wait_until_done"]
 
@@ -55,7 +56,12 @@ async def wait_until_done(
             if on_progress is not None and loop.time() - shown >= every:
                 shown = loop.time()
                 on_progress(len(done), chunks)
-            reply = await redis.xread({keys.done: cursor}, count=_BATCH, block=block_ms(left))
+            try:
+                reply = await redis.xread({keys.done: cursor}, count=_BATCH, block=block_ms(left))
+            except redis_errors() as exc:
+                if not cut_by_failover(exc):
+                    raise
+                continue
             for _, entries in reply or ():
                 for entry_id, fields in entries:
                     cursor = entry_id
