@@ -10,6 +10,7 @@ import asyncio
 import functools
 import signal
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import redis.asyncio
@@ -130,40 +131,56 @@ def cluster_client(cluster: Cluster) -> redis.asyncio.RedisCluster:
 
 
 class TestFailover:
-    async def test_a_failover_of_the_jobs_primary_mid_job_loses_and_repeats_nothing(
+    """A failover mid-job (a queued job's commands as processes, 2 workers): every line
+    recorded once, no number received twice."""
+
+    async def test_a_cluster_failover_of_the_jobs_primary_loses_and_repeats_nothing(
         self, redis_cluster: Cluster, prefix: str, tmp_path: Path
     ) -> None:
-        source = tmp_path / "in.csv"
-        numbers = write_input(source)
-        output = tmp_path / "results.jsonl"
-        queue = redis_cluster.url
-        async with FakeDispatchServer(client_secret="queue-test-secret", latency=1.0) as server:
-            env = worker_env(server)
-            workers = [await start_worker(server, queue, prefix, burst=False) for _ in range(2)]
-            try:
-                producer = asyncio.create_task(
-                    run(*send_args(queue, prefix, source, "f", "-o", str(output)), env=env)
-                )
+        primary = redis_cluster.primary_for(f"{{{prefix}job:f}}")
+        await run_with_a_failover(
+            redis_cluster.url, prefix, tmp_path, lambda: redis_cluster.fail_over(primary)
+        )
 
-                async def a_request() -> int:
-                    return server.stats.requests
+    async def test_a_sentinel_failover_loses_and_repeats_nothing(
+        self, redis_sentinels: SentinelSet, prefix: str, tmp_path: Path
+    ) -> None:
+        await run_with_a_failover(redis_sentinels.url, prefix, tmp_path, redis_sentinels.fail_over)
 
-                await until(a_request, 30, "the first request")
-                primary = redis_cluster.primary_for(f"{{{prefix}job:f}}")
-                await asyncio.to_thread(redis_cluster.fail_over, primary)
-                code, err = await producer
-            finally:
-                for worker in workers:
-                    worker.send_signal(signal.SIGTERM)
-                    await asyncio.wait_for(worker.communicate(), 30)
-            stats = server.stats
-        assert code == 0, err
-        records = read_report(output)
-        assert [r["line"] for r in records] == list(range(2, LINES + 2))
-        assert Counter(r["outcome"] for r in records) == {"sent": LINES - 2, "invalid": 2}
-        assert not stats.duplicates
-        assert sorted(stats.received) == sorted(numbers.values())
-        assert [w.returncode for w in workers] == [0, 0]
+
+async def run_with_a_failover(
+    queue: str, prefix: str, tmp_path: Path, fail_over: Callable[[], object]
+) -> None:
+    """``send --queue -o`` and 2 workers; *fail_over* once the first request is out."""
+    source = tmp_path / "in.csv"
+    numbers = write_input(source)
+    output = tmp_path / "results.jsonl"
+    async with FakeDispatchServer(client_secret="queue-test-secret", latency=1.0) as server:
+        env = worker_env(server)
+        workers = [await start_worker(server, queue, prefix, burst=False) for _ in range(2)]
+        try:
+            producer = asyncio.create_task(
+                run(*send_args(queue, prefix, source, "f", "-o", str(output)), env=env)
+            )
+
+            async def a_request() -> int:
+                return server.stats.requests
+
+            await until(a_request, 30, "the first request")
+            await asyncio.to_thread(fail_over)
+            code, err = await producer
+        finally:
+            for worker in workers:
+                worker.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(worker.communicate(), 30)
+        stats = server.stats
+    assert code == 0, err
+    records = read_report(output)
+    assert [r["line"] for r in records] == list(range(2, LINES + 2))
+    assert Counter(r["outcome"] for r in records) == {"sent": LINES - 2, "invalid": 2}
+    assert not stats.duplicates
+    assert sorted(stats.received) == sorted(numbers.values())
+    assert [w.returncode for w in workers] == [0, 0]
 
 
 class TestSentinel:
