@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis.asyncio
 
-from dispatch_async.testing import FakeDispatchServer
+from dispatch_async.testing import FakeDispatchServer, ServerStats
 from tests.fleet._cluster import Cluster, SentinelSet, TlsRedis, cli
 from tests.fleet.test_queue import (
     CHUNK,
@@ -56,13 +56,18 @@ async def run_a_job(queue: str, prefix: str, tmp_path: Path) -> FakeDispatchServ
         code, err = await run(*args, "-o", str(output), env=env)
         stats = server.stats
     assert code == 0, err
+    assert_each_line_once(output, stats, numbers)
+    assert stats.token_calls == 1
+    return server
+
+
+def assert_each_line_once(output: Path, stats: ServerStats, numbers: dict[int, str]) -> None:
+    """Every input line recorded once, in order; every number received, none twice."""
     records = read_report(output)
     assert [r["line"] for r in records] == list(range(2, LINES + 2))
     assert Counter(r["outcome"] for r in records) == {"sent": LINES - 2, "invalid": 2}
     assert not stats.duplicates
     assert sorted(stats.received) == sorted(numbers.values())  # "12" too: it is rejected
-    assert stats.token_calls == 1
-    return server
 
 
 class TestACluster:
@@ -175,11 +180,7 @@ async def run_with_a_failover(
                 await asyncio.wait_for(worker.communicate(), 30)
         stats = server.stats
     assert code == 0, err
-    records = read_report(output)
-    assert [r["line"] for r in records] == list(range(2, LINES + 2))
-    assert Counter(r["outcome"] for r in records) == {"sent": LINES - 2, "invalid": 2}
-    assert not stats.duplicates
-    assert sorted(stats.received) == sorted(numbers.values())
+    assert_each_line_once(output, stats, numbers)
     assert [w.returncode for w in workers] == [0, 0]
 
 
