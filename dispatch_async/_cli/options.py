@@ -355,7 +355,8 @@ send_options = _options(
     queue_option(
         required=False,
         help="Enqueue the job for `dispatch-async worker` processes instead of sending "
-        "(redis://...); with -o, wait for them and write the report [DISPATCH_QUEUE_URL].",
+        "(redis://, rediss://, unix://, a Cluster node's URL, redis+sentinel://...); with "
+        "-o, wait for them and write the report [DISPATCH_QUEUE_URL].",
     ),
     click.option("--job", metavar="ID", help="With --queue: the job's id (again to continue it)."),
     prefix_option,

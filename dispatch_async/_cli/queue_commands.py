@@ -14,9 +14,14 @@ from .options import connection, connection_options, prefix_option, queue_option
 
 __all__ = ["report", "worker"]
 
+_QUEUE_HELP = (
+    "The Redis of the queue: redis://, rediss://, unix://, any node of a Cluster, "
+    "redis+sentinel://HOST:PORT,.../SERVICE [DISPATCH_QUEUE_URL]."
+)
+
 
 @click.command()
-@queue_option(required=True, help="The Redis of the queue (redis://...) [DISPATCH_QUEUE_URL].")
+@queue_option(required=True, help=_QUEUE_HELP)
 @prefix_option
 @connection_options
 @click.option(
@@ -95,7 +100,7 @@ def worker(
 
 
 @click.command()
-@queue_option(required=True, help="The Redis of the queue (redis://...) [DISPATCH_QUEUE_URL].")
+@queue_option(required=True, help=_QUEUE_HELP)
 @prefix_option
 @click.option("--job", required=True, metavar="ID", help="The job's id.")
 @click.option(

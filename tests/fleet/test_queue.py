@@ -70,7 +70,9 @@ def worker_env(server: FakeDispatchServer) -> dict[str, str]:
     }
 
 
-async def start_worker(server: FakeDispatchServer, redis_url: str, prefix: str) -> Any:
+async def start_worker(
+    server: FakeDispatchServer, redis_url: str, prefix: str, *, burst: bool = True
+) -> Any:
     return await asyncio.create_subprocess_exec(
         *COMMAND,
         "worker",
@@ -86,7 +88,7 @@ async def start_worker(server: FakeDispatchServer, redis_url: str, prefix: str) 
         str(TAKEOVER),
         "--poll-delay",
         "0.05",
-        "--burst",
+        *(["--burst"] if burst else []),
         cwd=ROOT,
         env=worker_env(server),
         stdout=asyncio.subprocess.DEVNULL,

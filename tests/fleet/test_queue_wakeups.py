@@ -509,7 +509,9 @@ class TestRedisFailingUnderTheConsumer:
                 await client.aclose()
                 await admin.aclose()
         assert handled.entries[0][0] == entry
-        assert "Redis failed: NoPermissionError" in caplog.text
+        # Said as a wrong setting (an error naming the fix), and tried again: fixed, it heals.
+        assert "answered NoPermissionError" in caplog.text
+        assert "grant the ACL the fleet guide lists" in caplog.text
         assert "trying again" in caplog.text
 
     async def test_a_failed_heartbeat_is_logged_and_the_entry_still_handled(
@@ -569,9 +571,10 @@ class TestRedisFailingUnderTheConsumer:
                 async with asyncio.timeout(HANG):
                     await run_queue_worker(worker_config(url, prefix), verbose=0)
         assert raised.value.exit_code == 2
+        # A wrong setting, said as what to change: not an unreachable queue.
         assert re.fullmatch(
-            r"cannot use the Redis queue redis://127\.0\.0\.1:\d+/0: "
-            r"NoPermissionError: .*xreadgroup.*",
+            r"Redis at redis://[^:@]+:\*\*\*@127\.0\.0\.1:\d+/0 answered "
+            r"NoPermissionError: .*xreadgroup.*grant the ACL the fleet guide lists.*",
             str(raised.value),
         ), str(raised.value)
 

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .chunks import GROUP, QueueRedis, block_ms, ensure_group, redis_errors
+from .link import cut_by_failover, wrong_setting
 
 __all__ = ["Consumer", "Entry"]
 
@@ -99,11 +100,23 @@ class Consumer:
                     raise asyncio.CancelledError from None
                 if self.burst:
                     raise
-                log.warning("Redis failed while handling entry %s: %s", entry[0].decode(), exc)
+                self._failed(
+                    exc, "Redis failed while handling entry %s: %s", entry[0].decode(), exc
+                )
             except Exception:
                 log.exception("entry %s failed; it is taken over later", entry[0].decode())
             finally:
                 self._held.discard(entry[0])
+
+    def _failed(self, exc: BaseException, outage: str, *args: object) -> None:
+        """Log a Redis failure that is tried again: an outage as *outage*, an answer that
+        a setting is wrong (``MOVED``, ``NOPERM``...) as an error saying what to change
+        (once changed, the worker goes on)."""
+        wrong = wrong_setting(self.redis, exc)
+        if wrong is not None:
+            log.error("%s; trying again", wrong.message)
+        else:
+            log.warning(outage, *args)
 
     def _stopping(self) -> bool:
         """Whether this slot or the whole consumer is being cancelled.
@@ -135,6 +148,8 @@ class Consumer:
             except redis_errors() as exc:
                 if self._stopping():  # the command was cut by the stop, not by Redis
                     raise asyncio.CancelledError from None
+                if cut_by_failover(exc):
+                    continue
                 if self.burst:
                     raise
                 if "NOGROUP" in str(exc):
@@ -142,7 +157,7 @@ class Consumer:
                     with contextlib.suppress(*redis_errors()):
                         await ensure_group(self.redis, self.stream)
                     continue
-                log.warning("Redis failed: %s: %s; trying again", type(exc).__name__, exc)
+                self._failed(exc, "Redis failed: %s: %s; trying again", type(exc).__name__, exc)
                 await asyncio.sleep(_RETRY_AFTER)
 
     async def _read(self, seconds: float) -> Entry | None:

@@ -25,6 +25,8 @@ from .chunks import (
     check_prefix,
     dump_rows,
     ensure_group,
+    job_keys,
+    script,
 )
 
 __all__ = ["Produced", "enqueue"]
@@ -63,7 +65,7 @@ async def enqueue(
     Raises:
         Problem: the input cannot be read, or the job exists with other settings or input.
     """
-    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
+    keys = job_keys(redis, check_prefix(key_prefix), check_job_id(job))
     settings = {
         "target": orjson.dumps(attrs.asdict(target)),
         "account": account or "",
@@ -85,11 +87,10 @@ async def enqueue(
             chunks += 1
     finally:
         rows.close()
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(keys.meta, mapping={"chunks": chunks, "lines": lines})
-        for key in (keys.meta, keys.state, keys.digest, keys.owner, keys.queued):
-            pipe.expire(key, ttl)
-        await pipe.execute()
+    await script(redis, _COUNTED)(
+        keys=[keys.meta, keys.state, keys.digest, keys.owner, keys.entry, keys.queued],
+        args=[chunks, lines, ttl],
+    )
     return Produced(keys.job, chunks, lines, enqueued, known)
 
 
@@ -102,14 +103,29 @@ def _take(rows: Iterator[Row], size: int) -> list[Row]:
     return chunk
 
 
+#: The job's counts (ARGV[1] chunks, ARGV[2] lines) in KEYS[1], and every KEYS' TTL ARGV[3].
+_COUNTED = """
+redis.call('HSET', KEYS[1], 'chunks', ARGV[1], 'lines', ARGV[2])
+for _, key in ipairs(KEYS) do redis.call('EXPIRE', key, ARGV[3]) end
+"""
+
+#: The job's settings (ARGV: field, value, ...; then the time and the TTL) in KEYS[1],
+#: each unless there; returns the settings found (the first run's).
+_CLAIM_JOB = """
+local found = {}
+for i = 1, #ARGV - 2, 2 do
+    redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1])
+    found[#found + 1] = redis.call('HGET', KEYS[1], ARGV[i])
+end
+redis.call('HSETNX', KEYS[1], 'created', ARGV[#ARGV - 1])
+redis.call('EXPIRE', KEYS[1], ARGV[#ARGV])
+return found
+"""
+
+
 async def _claim_job(redis: QueueRedis, keys: JobKeys, settings: dict[str, Any], ttl: int) -> None:
-    async with redis.pipeline(transaction=True) as pipe:
-        for field, value in settings.items():
-            pipe.hsetnx(keys.meta, field, value)
-        pipe.hmget(keys.meta, list(settings))
-        pipe.hsetnx(keys.meta, "created", str(time.time()))
-        pipe.expire(keys.meta, ttl)
-        stored = (await pipe.execute())[len(settings)]
+    pairs = [part for field, value in settings.items() for part in (field, value)]
+    stored = await script(redis, _CLAIM_JOB)(keys=[keys.meta], args=[*pairs, str(time.time()), ttl])
     for (field, value), found in zip(settings.items(), stored, strict=True):
         wanted = value if isinstance(value, bytes) else value.encode()
         if found != wanted:
@@ -119,12 +135,13 @@ async def _claim_job(redis: QueueRedis, keys: JobKeys, settings: dict[str, Any],
             )
 
 
-#: Store chunk ARGV[1] (rows ARGV[2], CRC ARGV[3], TTL ARGV[4]) of job ARGV[5] as pending
-#: and queue it, unless it is done or queued; a chunk in flight whose entry was released
+#: Store chunk ARGV[1] (rows ARGV[2], CRC ARGV[3], TTL ARGV[4]) as pending, to be queued
+#: ('queue now'), unless it is done or queued; a chunk in flight whose entry was released
 #: (its rows were gone) is queued again, so that it is recorded maybe_sent instead of
 #: staying in flight forever, its rows stored again if lost (they name its lines). A
 #: script, not WATCH/MULTI: every worker writes the state hash, and a watched producer
 #: was retried so often that it, not the workers, set the pace of a 20-worker fleet.
+#: The entry is added after it (the stream is in another slot on a Cluster).
 _STORE = """
 local stored = redis.call('HGET', KEYS[2], ARGV[1])
 if stored and stored ~= ARGV[3] then return 'differs' end
@@ -138,9 +155,7 @@ else
     redis.call('HSET', KEYS[1], ARGV[1], 'pending')
     redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 end
-redis.call('XADD', KEYS[5], '*', 'job', ARGV[5], 'chunk', ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[1], 1)
-return 'queued now'
+return 'queue now'
 """
 
 
@@ -150,10 +165,9 @@ async def _store_chunk(
     """Store a chunk as pending and queue it, unless it is there: None if it is done,
     False if its entry is still in the stream, True if it was queued now."""
     payload = dump_rows(chunk)
-    script = redis.register_script(_STORE)
-    answer = await script(
-        keys=[keys.state, keys.digest, keys.queued, keys.rows(index), keys.stream],
-        args=[str(index), payload, str(zlib.crc32(payload)), ttl, keys.job],
+    answer = await script(redis, _STORE)(
+        keys=[keys.state, keys.digest, keys.queued, keys.rows(index)],
+        args=[str(index), payload, str(zlib.crc32(payload)), ttl],
     )
     if answer == b"differs":
         raise Problem(
@@ -161,4 +175,11 @@ async def _store_chunk(
             f"{chunk[0].line}-{chunk[-1].line}) differs from what was enqueued: "
             "continue a job with the same input file"
         )
-    return None if answer == b"done" else answer == b"queued now"
+    if answer != b"queue now":
+        return None if answer == b"done" else False
+    # Added, then noted: a producer that dies in between leaves an entry that a run
+    # again adds a second time (harmless: see ``chunks``), never a chunk noted queued
+    # without an entry (it would wait for ever).
+    entry = await redis.xadd(keys.stream, {"job": keys.job, "chunk": str(index)})
+    await redis.hset(keys.queued, str(index), entry)
+    return True

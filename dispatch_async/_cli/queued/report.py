@@ -26,11 +26,11 @@ from ..screen.progress import Tally, render_summary
 from ..screen.words import counted
 from .chunks import (
     DEFAULT_TTL,
-    JobKeys,
     QueueRedis,
     check_job_id,
     check_prefix,
     connected,
+    job_keys,
     where,
 )
 from .producer import enqueue
@@ -83,7 +83,7 @@ async def report(
     Raises:
         Problem: there is no such job.
     """
-    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
+    keys = job_keys(redis, check_prefix(key_prefix), check_job_id(job))
     meta = await redis.hgetall(keys.meta)
     if not meta:
         raise Problem(f"no job {job!r} in this Redis (under prefix {key_prefix!r})")

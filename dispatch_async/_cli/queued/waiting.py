@@ -11,17 +11,28 @@ stay the only truth, and the producer counts them every so often whatever it rea
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import dispatch_async as da
 
-from .chunks import DONE, JobKeys, QueueRedis, block_ms, check_job_id, check_prefix
+from .chunks import DONE, JobKeys, QueueRedis, block_ms, check_job_id, check_prefix, job_keys
+from .link import cut_by_failover, redis_errors
 
 __all__ = ["wait_until_done"]
 
 #: Entries read at most per XREAD (each is one chunk index, a few bytes from a worker).
 _BATCH = 100
+#: Seconds the waiting producer rides out a lost connection (a failover, Redis
+#: restarting) before it stops with the error; and its pause between tries.
+_OUTAGE = 30.0
+_PAUSE = 0.5
+
+log = logging.getLogger("dispatch_async")
+T = TypeVar("T")
 
 
 async def wait_until_done(
@@ -38,7 +49,7 @@ async def wait_until_done(
     meanwhile, and when the entries read say the job is done. *on_progress* (done,
     chunks) is called at most every *every* seconds, and once at the end.
     """
-    keys = JobKeys(check_prefix(key_prefix), check_job_id(job))
+    keys = job_keys(redis, check_prefix(key_prefix), check_job_id(job))
     loop = asyncio.get_running_loop()
     shown = -math.inf
     # Read from the stream's last entry before the first count: nothing stored after
@@ -46,8 +57,9 @@ async def wait_until_done(
     last = await redis.xrevrange(keys.done, count=1)
     cursor: bytes = last[0][0] if last else b"0-0"
     chunks = int(await redis.hget(keys.meta, "chunks") or 0)
+    outage = _Outage()
     while True:
-        done = await _done(redis, keys)
+        done = await outage.ride_out(lambda: _done(redis, keys))
         look_again = loop.time() + every
         if len(done) >= chunks:
             break
@@ -55,7 +67,10 @@ async def wait_until_done(
             if on_progress is not None and loop.time() - shown >= every:
                 shown = loop.time()
                 on_progress(len(done), chunks)
-            reply = await redis.xread({keys.done: cursor}, count=_BATCH, block=block_ms(left))
+            read = functools.partial(
+                redis.xread, {keys.done: cursor}, count=_BATCH, block=block_ms(left)
+            )
+            reply = await outage.ride_out(read)
             for _, entries in reply or ():
                 for entry_id, fields in entries:
                     cursor = entry_id
@@ -71,3 +86,36 @@ async def _done(redis: QueueRedis, keys: JobKeys) -> set[bytes]:
     """The indexes (as stored: bytes) of the job's done chunks."""
     states = await redis.hgetall(keys.state)
     return {index for index, state in states.items() if state == DONE}
+
+
+def _not_now() -> tuple[type[BaseException], ...]:
+    import redis.exceptions as e
+
+    return (e.ConnectionError, e.TimeoutError, e.ClusterDownError, e.TryAgainError)
+
+
+class _Outage:
+    """Rides out a failover: a blocking read cut by it, and a lost connection for at most
+    ``_OUTAGE`` seconds in a row (then its error ends the wait)."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+
+    async def ride_out(self, call: Callable[[], Awaitable[T]]) -> T:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                result = await call()
+            except redis_errors() as exc:
+                if not cut_by_failover(exc):
+                    if not isinstance(exc, (*_not_now(), OSError)):
+                        raise
+                    if self._since is None:
+                        self._since = loop.time()
+                        log.warning("the queue's Redis failed (%s): trying again", exc)
+                    elif loop.time() - self._since > _OUTAGE:
+                        raise
+                    await asyncio.sleep(_PAUSE)
+                continue
+            self._since = None
+            return result

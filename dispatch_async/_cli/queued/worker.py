@@ -28,19 +28,19 @@ from .chunks import (
     DONE,
     IN_FLIGHT,
     PENDING,
-    JobKeys,
     QueueRedis,
     check_job_id,
     claim,
-    connect,
+    entry_waits,
     finish,
+    job_keys,
+    let_go,
     load_rows,
-    redis_errors,
     release,
     stream_name,
-    unreachable,
 )
 from .consumer import Consumer, Entry
+from .link import connect, connection_of, disconnect, redis_errors, unreachable
 
 __all__ = ["Worker", "WorkerConfig", "run_queue_worker", "run_worker"]
 
@@ -99,7 +99,7 @@ class Worker:
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self.consumer = Consumer(
             redis,
-            stream_name(config.key_prefix),
+            stream_name(config.key_prefix, redis),
             self.owner,
             self.handle,
             slots=config.max_jobs,
@@ -130,7 +130,7 @@ class Worker:
         except (KeyError, ValueError, Problem):
             # Not written by a producer: nothing to do, and nothing of it is kept.
             log.error("stream entry %s is no chunk: dropped", entry_id.decode())
-            await release(self.redis, JobKeys(self.config.key_prefix, "-"), None, entry_id)
+            await let_go(self.redis, job_keys(self.redis, self.config.key_prefix, "-"), entry_id)
             return
         try:
             async with asyncio.timeout(self.config.job_timeout):
@@ -142,12 +142,22 @@ class Worker:
     async def send_chunk(self, job: str, index: int, entry: bytes) -> str:
         """Send chunk *index* of *job* once, and record what happened to each row."""
         redis = self.redis
-        keys = JobKeys(self.config.key_prefix, job)
-        claimed = await claim(redis, keys, index, self.owner)
+        keys = job_keys(redis, self.config.key_prefix, job)
+        claimed = await claim(redis, keys, index, self.owner, entry)
         state, raw = claimed.state, claimed.rows
         if state == DONE:
             await release(redis, keys, index, entry)
             return "already done"
+        first = claimed.entry
+        if (
+            state == IN_FLIGHT
+            and first not in (None, entry)
+            and await entry_waits(redis, keys, first or b"")
+        ):
+            # A second entry (a producer died between adding one and noting it): the
+            # chunk is the first entry's, handled or taken over.
+            await let_go(redis, keys, entry)
+            return "a second entry: let go"
         if state == IN_FLIGHT:
             # A redelivery: the worker that claimed it died, maybe mid-request.
             if raw is None:
@@ -239,8 +249,10 @@ async def run_worker(config: WorkerConfig) -> int:
         except asyncio.CancelledError:
             if not running.cancelled():
                 raise
+    except redis_errors() as exc:
+        raise unreachable(config.queue_url, exc, connection_of(redis)) from None
     finally:
-        await redis.aclose()
+        await disconnect(redis)
     return 0
 
 
