@@ -28,6 +28,7 @@ from .markdown_examples import (
     Example,
     ExampleFailed,
     collect,
+    in_documents,
     mypy_strict,
     parse,
     run_console,
@@ -40,6 +41,7 @@ EXAMPLES = collect()
 PYTHON = [example for example in EXAMPLES if example.language == "python"]
 CONSOLE = [example for example in EXAMPLES if example.language == "console"]
 TYPED = typed()
+CONSOLE_BY_DOCUMENT = in_documents(CONSOLE)
 
 
 def name(example: Example) -> str:
@@ -54,15 +56,21 @@ def test_python_example_runs_as_a_script(example: Example, tmp_path: Path) -> No
     run_python(example, tmp_path)
 
 
-@pytest.mark.parametrize("example", CONSOLE, ids=name)
-def test_console_example_runs_against_the_simulator(example: Example, tmp_path: Path) -> None:
-    if "redis-server" in example.source and shutil.which("redis-server") is None:
+@pytest.mark.parametrize("document", sorted(CONSOLE_BY_DOCUMENT), ids=str)
+def test_a_documents_console_blocks_run_in_order_in_one_folder(
+    document: str, tmp_path: Path
+) -> None:
+    # As a reader follows a guide top to bottom: one folder, one simulator, block after
+    # block; a block finds the files the ones above it left (and must not trip on them).
+    examples = CONSOLE_BY_DOCUMENT[document]
+    if any("redis-server" in e.source for e in examples) and shutil.which("redis-server") is None:
         # As tests/fleet does: CI must have it, elsewhere it is an optional install.
         if os.environ.get("CI"):
             pytest.fail("CI must provide redis-server (see .ci/run)")
         pytest.skip("redis-server is not on PATH (apt-get install -y redis-server)")
     with simulator() as url:
-        run_console(example, tmp_path, url)
+        for example in examples:
+            run_console(example, tmp_path, url)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ class TestProgressInProcess:
             quiet=False, total=None, initial=0, every=0, stream=stream, status=lambda: status
         )
         progress.advance(3)
-        progress.close()
+        progress.close(complete=True)
         assert stream.getvalue().startswith("progress: 3 lines: 2 sent, 1 invalid, 0 failed; ")
 
     def test_quiet_shows_notes_and_no_progress(self) -> None:
@@ -35,15 +35,24 @@ class TestProgressInProcess:
         )
         progress.advance(5)
         progress.note("retrying chunk 3")
-        progress.close()
+        progress.close(complete=True)
         assert stream.getvalue() == "retrying chunk 3\n"
 
     def test_a_bar_whose_total_counted_blank_lines_ends_at_the_lines_recorded(self) -> None:
         stream = io.StringIO()
         bar = _Bar(10, 0, stream, Counter)
         bar.advance(7)
-        bar.close()
+        bar.close(complete=True)
         assert "100%|##########| 7.00/7.00 " in stream.getvalue().rsplit("\r", 1)[-1]
+
+    def test_a_bar_of_a_job_stopped_early_ends_at_the_lines_done_of_the_total(self) -> None:
+        # A double Ctrl-C at line 6,500 of 20,000: not "100% 6.50k/6.50k".
+        stream = io.StringIO()
+        bar = _Bar(20_000, 0, stream, Counter)
+        bar.advance(6_500)
+        bar.close(complete=False)
+        assert " 6.50k/20.0k " in stream.getvalue().rsplit("\r", 1)[-1]
+        assert "100%" not in stream.getvalue().rsplit("\r", 1)[-1]
 
     def test_the_summary_names_numbers_the_service_made_up_and_no_results_without_o(
         self,
