@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 from collections import Counter
 
+import pytest
+
 from dispatch_async._cli.screen.progress import Tally, _Bar, make_progress, render_summary
 
 
@@ -38,21 +40,23 @@ class TestProgressInProcess:
         progress.close(complete=True)
         assert stream.getvalue() == "retrying chunk 3\n"
 
-    def test_a_bar_whose_total_counted_blank_lines_ends_at_the_lines_recorded(self) -> None:
+    @pytest.mark.parametrize(
+        ("total", "done", "complete", "last"),
+        [
+            # The total counted blank lines, which have no record: the job's end is 100%.
+            (10, 7, True, "100%|##########| 7.00/7.00 "),
+            # A double Ctrl-C at line 6,500 of 20,000: not "100% 6.50k/6.50k".
+            (20_000, 6_500, False, " 32%|###2      | 6.50k/20.0k "),
+        ],
+    )
+    def test_a_bar_ends_at_the_lines_recorded_of_the_total_unless_the_job_is_complete(
+        self, total: int, done: int, complete: bool, last: str
+    ) -> None:
         stream = io.StringIO()
-        bar = _Bar(10, 0, stream, Counter)
-        bar.advance(7)
-        bar.close(complete=True)
-        assert "100%|##########| 7.00/7.00 " in stream.getvalue().rsplit("\r", 1)[-1]
-
-    def test_a_bar_of_a_job_stopped_early_ends_at_the_lines_done_of_the_total(self) -> None:
-        # A double Ctrl-C at line 6,500 of 20,000: not "100% 6.50k/6.50k".
-        stream = io.StringIO()
-        bar = _Bar(20_000, 0, stream, Counter)
-        bar.advance(6_500)
-        bar.close(complete=False)
-        assert " 6.50k/20.0k " in stream.getvalue().rsplit("\r", 1)[-1]
-        assert "100%" not in stream.getvalue().rsplit("\r", 1)[-1]
+        bar = _Bar(total, 0, stream, Counter)
+        bar.advance(done)
+        bar.close(complete=complete)
+        assert last in stream.getvalue().rsplit("\r", 1)[-1]
 
     def test_the_summary_names_numbers_the_service_made_up_and_no_results_without_o(
         self,
