@@ -180,6 +180,29 @@ def test_a_console_block_runs_the_cli_against_the_simulator(tmp_path: Path) -> N
     assert '"sent"' in (tmp_path / "out.jsonl").read_text()
 
 
+def test_a_documents_console_blocks_are_run_in_order_in_one_folder(tmp_path: Path) -> None:
+    write_readme(
+        tmp_path,
+        """\
+        ```console
+        $ echo first > made-above
+        ```
+
+        ```console
+        $ grep -q first made-above
+        ```
+        """,
+    )
+    [(document, examples)] = in_documents(collect(tmp_path)).items()
+    assert (document, [example.line for example in examples]) == ("README.md", [1, 5])
+    folder = tmp_path / "reader"
+    folder.mkdir()
+    for example in examples:
+        run_console(example, folder, "http://127.0.0.1:9")
+    with pytest.raises(ExampleFailed, match=r"README\.md:5"):
+        run_console(examples[1], tmp_path, "http://127.0.0.1:9")  # another folder
+
+
 def test_a_not_run_marker_skips_the_next_block_only(tmp_path: Path) -> None:
     write_readme(
         tmp_path,
