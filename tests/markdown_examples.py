@@ -4,8 +4,10 @@ Rules (the same ones the docs state for their authors):
 
 - a ```python block runs on its own as a script, in a fresh process with a temp dir as cwd;
 - a ```console block: each line starting with ``$ `` (plus its ``\\`` continuation lines)
-  runs in bash, in order, in a temp dir, with a simulator running and DISPATCH_BASE_URL,
-  DISPATCH_CLIENT_SECRET and DISPATCH_ACCOUNT exported; every command must exit 0;
+  runs in bash, in order, with a simulator running and DISPATCH_BASE_URL,
+  DISPATCH_CLIENT_SECRET and DISPATCH_ACCOUNT exported; every command must exit 0; a
+  document's console blocks run one after the other in one temp dir, as a reader
+  following it top to bottom would (a block finds the files of the blocks above it);
 - ``<!-- not-run: reason -->`` on the line before a fence skips it; any other block
   (bash, text, toml, json, ...) is never run;
 - every python block, not-run ones included, passes ``mypy --strict``.
@@ -127,6 +129,14 @@ def parse(path: Path) -> list[Example]:
 def collect(root: Path = PROJECT_ROOT) -> list[Example]:
     """Every block of the project's documents that the test suite runs."""
     return [example for path in markdown_files(root) for example in parse(path) if example.runs]
+
+
+def in_documents(examples: list[Example]) -> dict[str, list[Example]]:
+    """*examples* by document (its path from the project), each document's in order."""
+    found: dict[str, list[Example]] = {}
+    for example in examples:
+        found.setdefault(example.name.rpartition(":")[0], []).append(example)
+    return found
 
 
 def typed(root: Path = PROJECT_ROOT) -> list[Example]:

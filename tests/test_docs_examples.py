@@ -28,6 +28,7 @@ from .markdown_examples import (
     Example,
     ExampleFailed,
     collect,
+    in_documents,
     mypy_strict,
     parse,
     run_console,
@@ -40,6 +41,7 @@ EXAMPLES = collect()
 PYTHON = [example for example in EXAMPLES if example.language == "python"]
 CONSOLE = [example for example in EXAMPLES if example.language == "console"]
 TYPED = typed()
+CONSOLE_BY_DOCUMENT = in_documents(CONSOLE)
 
 
 def name(example: Example) -> str:
@@ -54,15 +56,21 @@ def test_python_example_runs_as_a_script(example: Example, tmp_path: Path) -> No
     run_python(example, tmp_path)
 
 
-@pytest.mark.parametrize("example", CONSOLE, ids=name)
-def test_console_example_runs_against_the_simulator(example: Example, tmp_path: Path) -> None:
-    if "redis-server" in example.source and shutil.which("redis-server") is None:
+@pytest.mark.parametrize("document", sorted(CONSOLE_BY_DOCUMENT), ids=str)
+def test_a_documents_console_blocks_run_in_order_in_one_folder(
+    document: str, tmp_path: Path
+) -> None:
+    # As a reader follows a guide top to bottom: one folder, one simulator, block after
+    # block; a block finds the files the ones above it left (and must not trip on them).
+    examples = CONSOLE_BY_DOCUMENT[document]
+    if any("redis-server" in e.source for e in examples) and shutil.which("redis-server") is None:
         # As tests/fleet does: CI must have it, elsewhere it is an optional install.
         if os.environ.get("CI"):
             pytest.fail("CI must provide redis-server (see .ci/run)")
         pytest.skip("redis-server is not on PATH (apt-get install -y redis-server)")
     with simulator() as url:
-        run_console(example, tmp_path, url)
+        for example in examples:
+            run_console(example, tmp_path, url)
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +178,29 @@ def test_a_console_block_runs_the_cli_against_the_simulator(tmp_path: Path) -> N
     with simulator() as url:
         run_console(example, tmp_path, url)
     assert '"sent"' in (tmp_path / "out.jsonl").read_text()
+
+
+def test_a_documents_console_blocks_are_run_in_order_in_one_folder(tmp_path: Path) -> None:
+    write_readme(
+        tmp_path,
+        """\
+        ```console
+        $ echo first > made-above
+        ```
+
+        ```console
+        $ grep -q first made-above
+        ```
+        """,
+    )
+    [(document, examples)] = in_documents(collect(tmp_path)).items()
+    assert (document, [example.line for example in examples]) == ("README.md", [1, 5])
+    folder = tmp_path / "reader"
+    folder.mkdir()
+    for example in examples:
+        run_console(example, folder, "http://127.0.0.1:9")
+    with pytest.raises(ExampleFailed, match=r"README\.md:5"):
+        run_console(examples[1], tmp_path, "http://127.0.0.1:9")  # another folder
 
 
 def test_a_not_run_marker_skips_the_next_block_only(tmp_path: Path) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import enum
 import inspect
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -110,6 +112,25 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def site_search(site: Path, *queries: str) -> dict[str, list[str]]:
+    """The pages the built site's search shows for each query, best first (node runs it)."""
+    node = shutil.which("node")
+    if node is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide node (see .ci/run: Debian's nodejs)")
+        pytest.skip("node is not on PATH (apt-get install -y nodejs)")
+    done = subprocess.run(  # noqa: S603 - node, our script, the built site
+        [node, str(Path(__file__).with_name("site_search.js")), str(site), *queries],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found: dict[str, list[str]] = json.loads(done.stdout)
+    return found
+
+
 @pytest.fixture(scope="module")
 def pages(site: Path) -> dict[Path, Page]:
     return {path.relative_to(site): Page(path) for path in sorted(site.rglob("*.html"))}
@@ -162,6 +183,16 @@ class TestTheSiteWorksFromDisk:
             shims = [url for tag, _, url in page.urls if tag == "script" and "iframe-worker" in url]
             assert len(shims) == 1, f"{path} loads no worker shim for file://"
             assert (site / path.parent / shims[0]).resolve().is_file()
+
+    def test_a_search_finds_the_guides_before_the_changelog(self, site: Path) -> None:
+        # The changelog names everything, in titles too: found only after the pages that
+        # explain (its front matter's search boost), here by the site's own search code.
+        queries = ("maybe_sent", "DispatchClient", "reconcile", "resume")
+        found = site_search(site, *queries)
+        for query in queries:
+            pages = found[query]
+            assert pages[0] != "changelog.html", (query, pages)
+            assert "changelog.html" not in pages[:2], (query, pages)
 
     def test_no_page_loads_or_links_anything_from_another_host(
         self, pages: dict[Path, Page]

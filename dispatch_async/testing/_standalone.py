@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._callbacks import CallbackPlan
 from ._recorder import DEFAULT_RECORDED_REQUESTS
 from ._server import FakeDispatchServer
 from ._stats import ServerStats
@@ -170,6 +171,12 @@ def argument_parser(prog: str = "python -m dispatch_async.testing") -> argparse.
         help="the account's only templates, with the vars each needs, repeatable: another "
         "template_id, or a recipient without one of its vars, gets 400 (default: any)",
     )
+    parser.add_argument(
+        "--callbacks",
+        action="store_true",
+        help="post delivery callbacks to each request's callback URL (on loopback) for the "
+        "messages acted on, as CallbackPlan() does: every one delivered, about half read",
+    )
     parser.epilog = (
         "GET /_stats answers the simulator's counters as JSON; they are also printed to "
         "stderr when it stops. GET /_requests answers the latest requests it received "
@@ -192,6 +199,8 @@ def main(
         optional["expires_in"] = args.expires_in
     if args.template:
         optional["templates"] = dict(args.template)
+    if args.callbacks:
+        optional["callbacks"] = CallbackPlan(seed=args.seed)
     try:
         server = FakeDispatchServer(
             client_secret=args.secret,

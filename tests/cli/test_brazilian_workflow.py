@@ -238,6 +238,8 @@ class TestExcelEncoding:
         assert "--encoding 'utf-8' is not what the job" in other.stderr
         resumed = await dispatch_async("send", "--resume", "-o", out, env=proxied)
         assert resumed.code == 0, resumed.stderr
+        # Not typed by the person resuming: said where it came from.
+        assert "input encoding: Windows-1252 (from the journal)" in resumed.stderr
         assert sorted(by_line(out)) == sorted(lines)
         sent = recorder.vars_by_number()
         assert sent == {number: {"pixCode": f"PIX{line}"} for line, number in lines.items()}

@@ -42,6 +42,7 @@ from dispatch_async._cli.job.spec import (
     Target,
 )
 from dispatch_async._cli.screen.problem import Problem
+from dispatch_async.callbacks import DeliveryStatus, DeliveryTracker
 from dispatch_async.testing import FakeDispatchServer, Fault, argument_parser
 from tests.cli_helpers import (
     COMMAND,
@@ -61,6 +62,7 @@ from tests.cli_helpers import (
     write_jsonl,
 )
 from tests.conftest import HANG, SECRET, numbers
+from tests.receiver_process import receiver_process
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -360,6 +362,25 @@ class TestOutput:
         assert code == 0
         assert "sending: 100%" in shown
         assert "5.00/5.00" in shown
+
+    async def test_a_bar_of_a_job_stopped_early_ends_at_the_lines_done_of_the_total(
+        self, server: FakeDispatchServer, env: dict[str, str], tmp_path: Path
+    ) -> None:
+        # Stopped (here by --deadline, as by a double Ctrl-C): not "100% 60.0/60.0".
+        source = write_csv(tmp_path / "c.csv", "number", numbers(200))
+        server.latency = 0.3
+        try:
+            code, shown = await on_a_terminal(
+                "send", "basic", "--text", "hi", "-i", source, "-o", tmp_path / "r.jsonl",
+                "--chunk-size", "20", "--concurrency", "1", "--deadline", "1",
+                env=env, columns=120,
+            )  # fmt: skip
+        finally:
+            server.latency = 0
+        assert code == 1
+        last = [part for part in shown.split("\r") if "sending:" in part][-1]
+        assert re.search(r"sending: +\d+%\|[^|]*\| [\d.]+/200 ", last), last
+        assert "100%" not in last, last
 
     async def test_a_terminal_without_columns_gets_plain_progress_lines(
         self, env: dict[str, str], contacts: Path, tmp_path: Path
@@ -1335,6 +1356,35 @@ class TestServe:
             answer = await raw_dispatch(http, served.url)
         assert served.url.startswith("http://127.0.0.1:")
         assert (answer.status, answer.headers["Retry-After"]) == (429, "7")
+
+    async def test_with_callbacks_a_send_ends_tracked_by_the_receiver(self, tmp_path: Path) -> None:
+        # The guide's delivery-tracking flow with the commands alone: no script of one's own.
+        store = tmp_path / "deliveries.sqlite3"
+        source = write_csv(tmp_path / "c.csv", "number", numbers(5))
+        async with serving("--callbacks") as served, receiver_process(store) as receiver:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")} | {
+                "DISPATCH_BASE_URL": served.url,
+                "DISPATCH_CLIENT_SECRET": SECRET,
+                "DISPATCH_ACCOUNT": "acme",
+                "DISPATCH_CALLBACK_URL": receiver.url,
+            }
+            out = tmp_path / "r.jsonl"
+            run = await dispatch_async(
+                "send", "basic", "--text", "oi", "-i", source, "-o", out,
+                "--campaign-name", "trial", env=env,
+            )  # fmt: skip
+            assert run.code == 0, run.stderr
+            ids = {record["id"] for record in records(out)}
+            async with DeliveryTracker(store) as tracker, asyncio.timeout(30):
+                # Another process posts them: polled (bounded) until every one is stored.
+                stored = 0
+                while stored < len(ids):
+                    await asyncio.sleep(0.05)
+                    stored = sum((await tracker.counts("trial")).values())
+                for id_ in ids:
+                    state = await tracker.message(id_)
+                    assert state is not None
+                    assert state.status in (DeliveryStatus.DELIVERED, DeliveryStatus.READ)
 
     async def test_the_seed_repeats_the_random_faults_and_fast_ids_are_numbered(self) -> None:
         flags = ("--fault-rate", "503=0.5", "--seed", "11", "--fast-ids", "--latency", "0.05")

@@ -97,7 +97,8 @@ async def run_send(spec: JobSpec) -> int:
             if not display.quiet:
                 progress.note(_intro(spec, recorded))
                 if rows.layout is not None:
-                    progress.note(f"input encoding: {rows.layout.encoding.describe()}")
+                    encoding = rows.layout.encoding.describe(resumed=spec.resume)
+                    progress.note(f"input encoding: {encoding}")
                 if exclude is not None:
                     progress.note(exclude.describe())
             with logging_to(progress, display.verbose):
@@ -108,8 +109,9 @@ async def run_send(spec: JobSpec) -> int:
                     ended = await job.run(parts)
                     ended_normally = True
                 finally:
-                    progress.close()
-                    files.finish(complete=ended_normally and job.complete)
+                    complete = ended_normally and job.complete
+                    progress.close(complete=complete)
+                    files.finish(complete=complete)
             return _conclude(spec, job, ended)
     except OSError as exc:
         raise Problem(f"cannot write {spec.output}: {exc.strerror or exc}", FAILED) from None

@@ -77,9 +77,15 @@ class Encoding:
     def name(self) -> str:
         return encoding_name(self.codec)
 
-    def describe(self) -> str:
-        """For stderr: "Windows-1252 (detected; --encoding forces one)"."""
-        return f"{self.name} ({'detected; --encoding forces one' if self.detected else 'given'})"
+    def describe(self, *, resumed: bool = False) -> str:
+        """For stderr: "Windows-1252 (detected; --encoding forces one)".
+
+        *resumed*: the codec came from the job's journal (what its first run read), which
+        the person resuming never typed.
+        """
+        if self.detected:
+            return f"{self.name} (detected; --encoding forces one)"
+        return f"{self.name} ({'from the journal' if resumed else 'given'})"
 
 
 def detect_encoding(stream: IO[bytes], given: str | None) -> tuple[IO[bytes], Encoding]:

@@ -43,8 +43,9 @@ class Progress(Protocol):
     def note(self, message: str) -> None:
         """Print a line for the user without breaking the progress display."""
 
-    def close(self) -> None:
-        """Leave the display in its final state."""
+    def close(self, *, complete: bool) -> None:
+        """Leave the display in its final state: the whole input done when *complete*,
+        else the lines done of the total (a job stopped early)."""
 
 
 #: The whole job's counts so far, as the progress shows them.
@@ -91,7 +92,7 @@ class _Silent:
     def note(self, message: str) -> None:
         print(message, file=self._stream, flush=True)
 
-    def close(self) -> None:
+    def close(self, *, complete: bool) -> None:
         pass
 
 
@@ -133,7 +134,7 @@ class _Plain:
     def note(self, message: str) -> None:
         print(message, file=self._stream, flush=True)
 
-    def close(self) -> None:
+    def close(self, *, complete: bool) -> None:
         pass
 
 
@@ -165,9 +166,9 @@ class _Bar:
     def note(self, message: str) -> None:
         self._tqdm.write(message, file=self._stream)
 
-    def close(self) -> None:
+    def close(self, *, complete: bool) -> None:
         bar = self._bar
-        if bar.total is not None and bar.n != bar.total:
+        if complete and bar.total is not None and bar.n != bar.total:
             bar.total = bar.n  # the total counted lines; blank lines have no record
         bar.close()
 
