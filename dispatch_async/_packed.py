@@ -15,7 +15,7 @@ from array import array
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain
 
-from ._columns import View
+from ._columns import Complement, Joined, View
 
 __all__ = [
     "Ids",
@@ -35,7 +35,9 @@ _FIELDS = ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))
 
 
 def _packed_already(values: Sequence[object]) -> bool:
-    return isinstance(values, View | range | array)
+    """Whether *values* holds no object per item already: packed, joined, or a complement
+    of a range (a `Column` is not: it holds the decoded answer's entries)."""
+    return isinstance(values, Ids | Texts | Shared | Joined | Complement | range | array)
 
 
 def pack_texts(values: Sequence[str]) -> Sequence[str]:
@@ -55,15 +57,15 @@ def pack_ids(values: Sequence[str]) -> Sequence[str]:
     return Texts(values) if raw is None else Ids(raw)
 
 
-def pack_sessions(values: Sequence[str | None]) -> Sequence[str | None]:
-    """Session ids as `pack_ids` packs them when every one is a string; a column that
-    mixes them with None (rare: a careful match) as a tuple."""
+def pack_sessions(values: Sequence[str | None]) -> Sequence[str | None] | None:
+    """Session ids as `pack_ids` packs them when every one is a string; None when none is
+    (basic and single sends); a column that mixes them (rare) as a tuple."""
     if _packed_already(values):
         return values
     values = tuple(values)
-    if None in values:
-        return values
-    return pack_ids(values)  # type: ignore[arg-type]  # no None in it
+    if None not in values:
+        return pack_ids(values)  # type: ignore[arg-type]  # no None in it
+    return None if values.count(None) == len(values) else values
 
 
 def pack_shared(values: Sequence[str]) -> Sequence[str]:
