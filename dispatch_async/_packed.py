@@ -11,9 +11,10 @@ its result is made; reading an item makes its string again.
 
 from __future__ import annotations
 
+import binascii
 from array import array
-from collections.abc import Iterator, Sequence
-from itertools import accumulate, chain
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import accumulate
 
 from ._columns import Complement, Joined, View
 
@@ -31,7 +32,12 @@ __all__ = [
 #: Where the dashes of a UUID's text are: 8-4-4-4-12 hex digits.
 _DASHES = (8, 13, 18, 23)
 _UUID_LENGTH = 36
-_FIELDS = ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))
+#: What joins a column's strings: a NUL, which no number, id or reason should hold.
+_SEP = "\x00"
+_SEP_BYTE = b"\x00"
+_STRIDE = _UUID_LENGTH + 1
+#: Every byte a column of UUIDs joined with NULs may hold.
+_UUID_BYTES = b"0123456789abcdef-" + _SEP_BYTE
 
 
 def _packed_already(values: Sequence[object]) -> bool:
@@ -52,7 +58,6 @@ def pack_ids(values: Sequence[str]) -> Sequence[str]:
     service gives), which then reads back exactly; else as `Texts`."""
     if not values or _packed_already(values):
         return values
-    values = list(values)
     raw = _uuid_bytes(values)
     return Texts(values) if raw is None else Ids(raw)
 
@@ -82,26 +87,27 @@ def pack_positions(values: Sequence[int]) -> Sequence[int]:
     return array("q", values)
 
 
-def _uuid_bytes(values: list[str]) -> bytes | None:
+def _uuid_bytes(values: Sequence[str]) -> bytes | None:
     """The 16 bytes of each value, joined, if each is a lowercase dashed UUID; else None.
 
-    Checked in C over the whole column: every value 36 characters with dashes at the
-    four places, 32 hex digits between them that read back as written.
+    Checked in C over the whole column, joined with NULs: nothing but lowercase hex
+    digits, dashes and NULs; a NUL after every 36 characters and dashes at the four
+    places; and, once both are taken out, 32 digits a value (so no other NUL or dash).
     """
-    if set(map(len, values)) != {_UUID_LENGTH}:
-        return None
-    joined = "".join(values)
-    dashes = "-" * len(values)
-    if any(joined[at::_UUID_LENGTH] != dashes for at in _DASHES):
-        return None
-    digits = joined.replace("-", "")
+    count = len(values)
     try:
-        raw = bytes.fromhex(digits)
-    except ValueError:
+        data = _SEP.join(values).encode("ascii")
+    except UnicodeEncodeError:
         return None
-    if len(raw) != 16 * len(values) or raw.hex() != digits:
-        return None  # uppercase or spaces: not read back as written
-    return raw
+    if len(data) != _STRIDE * count - 1 or data.translate(None, _UUID_BYTES):
+        return None
+    if data[_UUID_LENGTH::_STRIDE] != _SEP_BYTE * (count - 1):
+        return None
+    dashes = b"-" * count
+    if any(data[at::_STRIDE] != dashes for at in _DASHES):
+        return None
+    digits = data.translate(None, b"-" + _SEP_BYTE)
+    return binascii.unhexlify(digits) if len(digits) == 32 * count else None
 
 
 class Ids(View[str]):
@@ -118,38 +124,54 @@ class Ids(View[str]):
         return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
     def __iter__(self) -> Iterator[str]:
-        # All at once: the dashed text of every id laid out with strided copies in C.
+        # All at once, in C: the hex digits in dash-separated groups of four, eight groups
+        # an id; the dashes after its first, sixth and seventh groups are dropped, the one
+        # after its last becomes a separator to split on.
         count = len(self)
-        digits = self._raw.hex().encode("ascii")
-        text = bytearray(b"-" * (_UUID_LENGTH * count))
-        at = 0
-        for start, end in _FIELDS:
-            for offset in range(start, end):
-                text[at::_UUID_LENGTH] = digits[offset::32]
-                at += 1
-            at += 1  # the dash after this field
-        joined = text.decode("ascii")
-        ends = range(_UUID_LENGTH, len(joined) + 1, _UUID_LENGTH)
-        return map(joined.__getitem__, map(slice, range(0, len(joined), _UUID_LENGTH), ends))
+        if not count:
+            return iter(())
+        text = bytearray(self._raw.hex("-", 2).encode("ascii"))
+        dropped = b"\x01" * count
+        for at in (4, 29, 34):
+            text[at::40] = dropped
+        text[39::40] = _SEP_BYTE * (count - 1)
+        return iter(text.translate(None, b"\x01").decode("ascii").split(_SEP))
 
 
 class Texts(View[str]):
-    """Strings held as one string and the offset where each ends."""
+    """Strings held as one string, joined with NULs (or, when a string holds a NUL,
+    with nothing between them and the offset of each kept from the start)."""
 
-    __slots__ = ("_ends", "_text")
+    __slots__ = ("_gap", "_starts", "_text")
 
     def __init__(self, values: Sequence[str]) -> None:
         super().__init__(len(values))
-        self._text = "".join(values)
-        self._ends = array("I" if len(self._text) < 2**32 else "q", accumulate(map(len, values)))
+        self._text = _SEP.join(values)
+        self._gap = 1
+        self._starts: array[int] | None = None  # made when an item is first indexed
+        if self._text.count(_SEP) != len(values) - 1:
+            self._text = "".join(values)
+            self._gap = 0
+            self._starts = self._offsets(values)
+
+    def _offsets(self, values: Iterable[str]) -> array[int]:
+        """Where each value starts in the text, and where the text ends."""
+        gap = self._gap
+        starts = accumulate((len(value) + gap for value in values), initial=0)
+        return array("I" if len(self._text) < 2**32 - 1 else "q", starts)
 
     def _item(self, index: int) -> str:
-        start = self._ends[index - 1] if index else 0
-        return self._text[start : self._ends[index]]
+        starts = self._starts
+        if starts is None:
+            starts = self._starts = self._offsets(self._text.split(_SEP))
+        return self._text[starts[index] : starts[index + 1] - self._gap]
 
     def __iter__(self) -> Iterator[str]:
-        ends = self._ends
-        return map(self._text.__getitem__, map(slice, chain((0,), ends), ends))
+        if self._gap:
+            return iter(self._text.split(_SEP))
+        starts = self._starts
+        assert starts is not None  # made in __init__ when there is no separator
+        return map(self._text.__getitem__, map(slice, starts, starts[1:]))
 
 
 class Shared(View[str]):
