@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
+from ._columns import View
 from ._packed import pack_ids, pack_positions, pack_sessions, pack_shared, pack_texts
 
 __all__ = [
@@ -256,26 +257,13 @@ def invalid_messages(
     )
 
 
-class _Nones(Sequence[None]):
+class _Nones(View[None]):
     """*length* Nones, holding nothing per item."""
 
-    __slots__ = ("_length",)
+    __slots__ = ()
 
-    def __init__(self, length: int) -> None:
-        self._length = length
-
-    def __len__(self) -> int:
-        return self._length
-
-    @overload
-    def __getitem__(self, index: int) -> None: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[None]: ...
-    def __getitem__(self, index: int | slice) -> Sequence[None] | None:
-        if isinstance(index, slice):
-            return _Nones(len(range(self._length)[index]))
-        range(self._length)[index]  # raises IndexError as a tuple would
+    def _item(self, index: int) -> None:
         return None
 
     def __iter__(self) -> Iterator[None]:
-        return repeat(None, self._length)
+        return repeat(None, len(self))

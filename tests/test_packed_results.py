@@ -78,6 +78,27 @@ class TestIdsReadBackAsGiven:
         assert [valid.ids[i] for i in range(len(ids))] == ids
 
 
+class TestSessionIds:
+    def test_a_basic_answer_s_null_session_ids_read_as_a_list_of_none(self) -> None:
+        result = _answered(0, 200, sessions=False)
+        assert isinstance(result.valid, da.ValidMessages)
+        sessions = result.valid.session_ids
+        assert sessions == [None] * 198
+        assert repr(sessions) == repr([None] * 198)
+        assert sessions[-1] is None
+
+    @pytest.mark.parametrize(
+        "sessions",
+        [_uuids(5), [*_uuids(2), None, "conversa-7", None], ["a", "b", "c", "d", "e"]],
+        ids=["uuids", "mixed", "words"],
+    )
+    def test_session_ids_read_back_as_given(self, sessions: list[str | None]) -> None:
+        valid = valid_messages(_uuids(5), _numbers(5), range(5), session_ids=sessions)
+        assert list(valid.session_ids) == sessions
+        assert [valid.session_ids[i] for i in range(5)] == sessions
+        assert [m.session_id for m in valid] == sessions
+
+
 class TestNumbersAndReasons:
     @given(st.lists(st.text(min_size=1), min_size=1, max_size=30))
     def test_numbers_of_any_characters_read_back(self, numbers: list[str]) -> None:
