@@ -36,8 +36,6 @@ _UUID_LENGTH = 36
 _SEP = "\x00"
 _SEP_BYTE = b"\x00"
 _STRIDE = _UUID_LENGTH + 1
-#: Every byte a column of UUIDs joined with NULs may hold.
-_UUID_BYTES = b"0123456789abcdef-" + _SEP_BYTE
 
 
 def _packed_already(values: Sequence[object]) -> bool:
@@ -67,9 +65,10 @@ def pack_sessions(values: Sequence[str | None]) -> Sequence[str | None] | None:
     (basic and single sends); a column that mixes them (rare) as a tuple."""
     if _packed_already(values):
         return values
-    values = tuple(values)
-    if None not in values:
-        return pack_ids(values)  # type: ignore[arg-type]  # no None in it
+    try:
+        return pack_ids(values)  # type: ignore[arg-type]  # joining raises at a None
+    except TypeError:
+        values = tuple(values)
     return None if values.count(None) == len(values) else values
 
 
@@ -90,16 +89,17 @@ def pack_positions(values: Sequence[int]) -> Sequence[int]:
 def _uuid_bytes(values: Sequence[str]) -> bytes | None:
     """The 16 bytes of each value, joined, if each is a lowercase dashed UUID; else None.
 
-    Checked in C over the whole column, joined with NULs: nothing but lowercase hex
-    digits, dashes and NULs; a NUL after every 36 characters and dashes at the four
-    places; and, once both are taken out, 32 digits a value (so no other NUL or dash).
+    Checked in C over the whole column, joined with NULs: a NUL after every 36
+    characters and dashes at the four places; once both are taken out, 32 hex digits a
+    value (so no other NUL or dash) that read back as written (so none in uppercase).
+    Raises TypeError if a value is not a string.
     """
     count = len(values)
     try:
         data = _SEP.join(values).encode("ascii")
     except UnicodeEncodeError:
         return None
-    if len(data) != _STRIDE * count - 1 or data.translate(None, _UUID_BYTES):
+    if len(data) != _STRIDE * count - 1:
         return None
     if data[_UUID_LENGTH::_STRIDE] != _SEP_BYTE * (count - 1):
         return None
@@ -107,7 +107,13 @@ def _uuid_bytes(values: Sequence[str]) -> bytes | None:
     if any(data[at::_STRIDE] != dashes for at in _DASHES):
         return None
     digits = data.translate(None, b"-" + _SEP_BYTE)
-    return binascii.unhexlify(digits) if len(digits) == 32 * count else None
+    if len(digits) != 32 * count:
+        return None
+    try:
+        raw = binascii.unhexlify(digits)
+    except binascii.Error:
+        return None
+    return raw if binascii.hexlify(raw) == digits else None
 
 
 class Ids(View[str]):
