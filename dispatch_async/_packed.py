@@ -41,7 +41,7 @@ _STRIDE = _UUID_LENGTH + 1
 def _packed_already(values: Sequence[object]) -> bool:
     """Whether *values* holds no object per item already: packed, joined, or a complement
     of a range (a `Column` is not: it holds the decoded answer's entries)."""
-    return isinstance(values, Ids | Texts | Shared | Joined | Complement | range | array)
+    return type(values) in _PACKED  # exact types: an isinstance of ABCs costs more
 
 
 def pack_texts(values: Sequence[str]) -> Sequence[str]:
@@ -197,3 +197,7 @@ class Shared(View[str]):
 
     def __iter__(self) -> Iterator[str]:
         return map(self._distinct.__getitem__, self._codes)
+
+
+#: The types `_packed_already` lets through as they are.
+_PACKED: frozenset[type] = frozenset({Ids, Texts, Shared, Joined, Complement, range, array})
