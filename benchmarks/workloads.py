@@ -170,6 +170,31 @@ async def retained(spec: dict[str, Any]) -> dict[str, Any]:
     return {"bytes": held - floor, "per_recipient": (held - floor) / n}
 
 
+async def call_rss(spec: dict[str, Any]) -> dict[str, Any]:
+    """Memory: peak RSS of one ``send_basic`` (result held) or ``stream_basic`` (each part
+    dropped) of n numbers read from a generator, against the peak before the call."""
+    url, n = spec["url"], spec["n"]
+    numbers = (recipient(i)["number"] for i in range(n))
+    async with session(url, spec) as client:
+        await client.send_basic(["+5511900000000"], text="warm")  # token, connection
+        gc.collect()
+        before = peak_rss_bytes()
+        cpu0 = cpu_seconds()
+        if spec["call"] == "send":
+            kept = await client.send_basic(numbers, text="Olá")
+            seen = len(kept.positions)
+            check_counts(kept, n)
+        else:
+            seen = 0
+            async for part in client.stream_basic(numbers, text="Olá"):
+                seen += len(part.positions)
+        cpu = cpu_seconds() - cpu0
+        peak = peak_rss_bytes()
+    if seen != n:
+        raise SystemExit(f"{spec['call']} accounted for {seen} of {n} recipients")
+    return {"rss_before": before, "rss_peak": peak, "cpu": cpu}
+
+
 class _TokenCounter:
     """Counts, from the client's side, token requests and 401 answers (aiohttp tracing)."""
 
@@ -242,6 +267,7 @@ WORKLOADS = {
     "send": send,
     "stream_rss": stream_rss,
     "retained": retained,
+    "call_rss": call_rss,
     "token_burst": token_burst,
     "token_soak": token_soak,
 }

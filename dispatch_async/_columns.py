@@ -1,59 +1,58 @@
-"""A result's columns (ids, numbers, input positions), built only when someone reads them.
+"""A result's columns (ids, numbers, input positions) as views that hold no object per item.
 
 A chunk answered in the order sent has its accepted recipients at the chunk's positions
-minus the few the service rejected, and its ids inside the decoded answer; a merged
-result has its parts' columns one after another. Each is kept in that form, which costs
-nothing per recipient, and becomes a tuple the first time it is indexed (a tuple of
-strings or ints, which the garbage collector soon stops tracking).
+minus the few the service rejected (`Complement`); a merged result has its parts'
+columns one after another (`Joined`); the decoded answer's ids are one field of each
+entry (`Column`). Each is read in place: indexing finds the item in the parts, and an
+item is made only when it is read. The packed columns a result keeps are in ``_packed``.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Any, TypeVar, overload
 
-__all__ = ["Column", "Complement", "Joined"]
+__all__ = ["Column", "Complement", "Joined", "View"]
 
 _T = TypeVar("_T")
 
 
-class _Lazy(Sequence[_T]):
-    """A sequence iterated from its parts, made a tuple on first index."""
+class View(Sequence[_T]):
+    """A read-only sequence that makes its items when read: equal to any sequence with
+    the same items, shown as a list; a slice is a tuple of the items in it."""
 
-    __slots__ = ("_items", "_length")
+    __slots__ = ("_length",)
 
     def __init__(self, length: int) -> None:
         self._length = length
-        self._items: tuple[_T, ...] | None = None
 
     @abstractmethod
-    def _iterate(self) -> Iterator[_T]:
-        """The items, from the parts."""
-
-    def _release(self) -> None:
-        """Drop what the tuple now holds (the parts, the rows)."""
+    def _item(self, index: int) -> _T:
+        """The item at 0 <= *index* < len."""
 
     def __len__(self) -> int:
         return self._length
-
-    def __iter__(self) -> Iterator[_T]:
-        return iter(self._items) if self._items is not None else self._iterate()
 
     @overload
     def __getitem__(self, index: int) -> _T: ...
     @overload
     def __getitem__(self, index: slice) -> Sequence[_T]: ...
     def __getitem__(self, index: int | slice) -> _T | Sequence[_T]:
-        if self._items is None:
-            self._items = tuple(self._iterate())
-            self._release()
-        return self._items[index]
+        if isinstance(index, slice):
+            return tuple(map(self._item, range(self._length)[index]))
+        length = self._length
+        if index < 0:
+            index += length
+        if not 0 <= index < length:
+            raise IndexError(f"{type(self).__name__} index out of range")
+        return self._item(index)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence):
-            return list(self) == list(other)
+            return len(self) == len(other) and list(self) == list(other)
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
@@ -62,17 +61,22 @@ class _Lazy(Sequence[_T]):
         return repr(list(self))
 
 
-class Complement(_Lazy[int]):
+class Complement(View[int]):
     """The items of *base* except those at *holes* (indices into *base*, ascending)."""
 
-    __slots__ = ("_base", "_holes")
+    __slots__ = ("_base", "_holes", "_shifted")
 
     def __init__(self, base: Sequence[int], holes: Sequence[int]) -> None:
         super().__init__(len(base) - len(holes))
         self._base = base
-        self._holes = holes
+        self._holes = tuple(holes)
+        # Item i is base[i + k], k the number of holes whose hole - (holes before it) <= i.
+        self._shifted = tuple(hole - before for before, hole in enumerate(self._holes))
 
-    def _iterate(self) -> Iterator[int]:
+    def _item(self, index: int) -> int:
+        return self._base[index + bisect_right(self._shifted, index)]
+
+    def __iter__(self) -> Iterator[int]:
         base, at = self._base, 0
         runs: list[Sequence[int]] = []
         for hole in self._holes:
@@ -82,23 +86,26 @@ class Complement(_Lazy[int]):
         return chain.from_iterable(runs)
 
 
-class Joined(_Lazy[_T]):
+class Joined(View[_T]):
     """Several sequences, one after another."""
 
-    __slots__ = ("_parts",)
+    __slots__ = ("_parts", "_starts")
 
     def __init__(self, parts: Sequence[Sequence[_T]]) -> None:
-        super().__init__(sum(map(len, parts)))
-        self._parts = parts
+        starts = (0, *accumulate(map(len, parts)))
+        super().__init__(starts[-1])
+        self._parts = tuple(parts)
+        self._starts = starts[:-1]
 
-    def _iterate(self) -> Iterator[_T]:
+    def _item(self, index: int) -> _T:
+        at = bisect_right(self._starts, index) - 1
+        return self._parts[at][index - self._starts[at]]
+
+    def __iter__(self) -> Iterator[_T]:
         return chain.from_iterable(self._parts)
 
-    def _release(self) -> None:
-        self._parts = ()
 
-
-class Column(_Lazy[_T]):
+class Column(View[_T]):
     """One field (``get``) of each of *rows*, e.g. the ids of a decoded answer."""
 
     __slots__ = ("_get", "_rows")
@@ -108,8 +115,8 @@ class Column(_Lazy[_T]):
         self._rows = rows
         self._get = get
 
-    def _iterate(self) -> Iterator[_T]:
-        return map(self._get, self._rows)
+    def _item(self, index: int) -> _T:
+        return self._get(self._rows[index])
 
-    def _release(self) -> None:
-        self._rows = ()
+    def __iter__(self) -> Iterator[_T]:
+        return map(self._get, self._rows)

@@ -136,8 +136,7 @@ def _columns(valid: list[Any], invalid: list[Any]) -> _Columns | None:
     """(ids, valid numbers, invalid numbers, reasons, session ids) if every entry has the
     first four as strings; session ids are kept where they are strings, else None.
 
-    The ids and numbers are tuples: the part keeps them until the job's end, and the
-    garbage collector stops tracking a tuple of strings (see ``_Outcomes``).
+    The chunk's result packs them (``_packed``): the part keeps them until the job's end.
     """
     try:
         # map + itemgetter raise exactly what m["id"] would (KeyError, TypeError).

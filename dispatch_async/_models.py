@@ -16,6 +16,9 @@ from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
+from ._columns import View
+from ._packed import pack_ids, pack_positions, pack_sessions, pack_shared, pack_texts
+
 __all__ = [
     "Fallback",
     "InvalidMessage",
@@ -108,10 +111,9 @@ class _Outcomes(Sequence[_T], Generic[_T]):
     """A read-only sequence of outcomes over parallel columns, each built on access.
 
     ``make(a, b, position, ref)`` builds one; *refs* maps input positions to the
-    caller's refs (only those given). A chunk's parts hold tuples: once the garbage
-    collector has seen that a tuple holds only strings it stops tracking it, where a
-    million-recipient job's lists of ids would be scanned again by every older-generation
-    collection until the job ends.
+    caller's refs (only those given). The columns are packed (``_packed``) by
+    `valid_messages` and `invalid_messages`: a million-recipient result holds no object
+    per recipient, so it is small and the garbage collector has nothing in it to scan.
     """
 
     __slots__ = ("_first", "_make", "_positions", "_refs", "_second", "_third")
@@ -233,7 +235,14 @@ def valid_messages(
 ) -> ValidMessages:
     """Accepted recipients as a sequence, from parallel id, number and position columns
     (and session ids: None when no answer gave any)."""
-    return ValidMessages(ValidMessage, ids, numbers, positions, refs, session_ids)
+    return ValidMessages(
+        ValidMessage,
+        pack_ids(ids),
+        pack_texts(numbers),
+        pack_positions(positions),
+        refs,
+        None if session_ids is None else pack_sessions(session_ids),
+    )
 
 
 def invalid_messages(
@@ -243,29 +252,18 @@ def invalid_messages(
     refs: Mapping[int, Any] = NO_REFS,
 ) -> InvalidMessages:
     """Rejected recipients as a sequence, from parallel number, reason and position columns."""
-    return InvalidMessages(InvalidMessage, numbers, reasons, positions, refs)
+    return InvalidMessages(
+        InvalidMessage, pack_texts(numbers), pack_shared(reasons), pack_positions(positions), refs
+    )
 
 
-class _Nones(Sequence[None]):
+class _Nones(View[None]):
     """*length* Nones, holding nothing per item."""
 
-    __slots__ = ("_length",)
+    __slots__ = ()
 
-    def __init__(self, length: int) -> None:
-        self._length = length
-
-    def __len__(self) -> int:
-        return self._length
-
-    @overload
-    def __getitem__(self, index: int) -> None: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[None]: ...
-    def __getitem__(self, index: int | slice) -> Sequence[None] | None:
-        if isinstance(index, slice):
-            return _Nones(len(range(self._length)[index]))
-        range(self._length)[index]  # raises IndexError as a tuple would
+    def _item(self, index: int) -> None:
         return None
 
     def __iter__(self) -> Iterator[None]:
-        return repeat(None, self._length)
+        return repeat(None, len(self))

@@ -199,9 +199,9 @@ class AnswerColumns:
     """A dispatch answer of the expected shape, as columns; ``body`` for the careful path.
 
     Every id is a non-empty string, every number and reason a string, every session id
-    a string or None. The ids and session ids stay in the decoded entries until someone
-    reads them (``_columns.Column``); the numbers
-    are a tuple, which the garbage collector stops tracking (see ``_models._Outcomes``).
+    a string or None. The ids and session ids are read from the decoded entries
+    (``_columns.Column``) when the chunk's result packs them (``_packed``), and the
+    entries are then dropped.
     """
 
     ids: Sequence[str]
