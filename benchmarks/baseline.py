@@ -8,6 +8,7 @@ of this is its overhead.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from types import TracebackType
 from typing import Any
 
@@ -27,6 +28,7 @@ class BaselineClient:
         template_id: str,
         chunk_size: int = 1000,
         concurrency: int = 8,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.base_url = base_url
         self.client_secret = client_secret
@@ -34,11 +36,13 @@ class BaselineClient:
         self.template_id = template_id
         self.chunk_size = chunk_size
         self.concurrency = concurrency
+        self.ssl_context = ssl_context
         self.token: str | None = None
         self._http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> BaselineClient:
-        self._http = aiohttp.ClientSession()
+        connector = aiohttp.TCPConnector(ssl=self.ssl_context or True)
+        self._http = aiohttp.ClientSession(connector=connector)
         return self
 
     async def __aexit__(

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import statistics
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from processes import STATS_SERVER, Server, child, import_seconds, server, simulator
+from processes import ROOT, STATS_SERVER, Server, child, import_seconds, server, simulator
 
 MB = 1024 * 1024
 
@@ -41,6 +43,7 @@ class Plan:
     adaptive_seconds: float = 20.0
     e164_numbers: int = 20_000
     e164_reps: int = 5
+    https_reps: int = 5
 
     @classmethod
     def quick(cls) -> Plan:
@@ -64,6 +67,7 @@ class Plan:
             adaptive_seconds=12.0,
             e164_numbers=3000,
             e164_reps=2,
+            https_reps=2,
         )
 
 
@@ -126,6 +130,31 @@ def phase_overhead(plan: Plan, srv: Server) -> dict[str, Any]:
             ),
         )
         out[str(n)] = summarise(runs, n)
+    return out
+
+
+def phase_https(plan: Plan, srv: Server) -> dict[str, Any]:
+    """The overhead phase's two largest sizes over HTTPS: nginx on 127.0.0.1 terminates TLS
+    (a certificate from a CA made here with trustme) and passes the requests to *srv*."""
+    import trustme
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tools.nginx import nginx_tls
+
+    out: dict[str, Any] = {}
+    ca = trustme.CA()
+    with tempfile.TemporaryDirectory(prefix="bench-https-") as directory:
+        ca_file = Path(directory) / "ca.pem"
+        ca.cert_pem.write_to_path(str(ca_file))
+        with nginx_tls(Path(directory) / "nginx", ca, srv.url) as nginx:
+            for n in plan.sizes[-2:]:
+                log(f"HTTPS through nginx: {n:,} recipients x {plan.https_reps} interleaved pairs")
+                spec = {"kind": "send", "url": nginx.base_url, "ca_file": str(ca_file), "n": n}
+                runs = interleaved(
+                    plan.https_reps, lambda client, spec=spec: child(spec | {"client": client}, srv)
+                )
+                out[str(n)] = summarise(runs, n)
     return out
 
 

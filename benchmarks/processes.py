@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 WORKLOADS = HERE / "workloads.py"
 STATS_SERVER = HERE / "stats_server.py"
 CLOCK_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -29,6 +29,7 @@ from phases import (
     phase_cli,
     phase_e164,
     phase_grid,
+    phase_https,
     phase_memory,
     phase_overhead,
     phase_server,
@@ -50,6 +51,7 @@ def _version(distribution: str) -> str | None:
 
 PHASES = (
     "overhead",
+    "https",
     "answers",
     "server",
     "grid",
@@ -94,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         results["server_url"] = srv.url
         if "overhead" in phases:
             results["overhead"] = phase_overhead(plan, srv)
+        if "https" in phases:
+            results["https"] = phase_https(plan, srv)
         if "answers" in phases:
             results["answers"] = phase_answers(plan, srv)
         if "server" in phases:

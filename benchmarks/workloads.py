@@ -15,6 +15,7 @@ import gc
 import json
 import os
 import resource
+import ssl
 import sys
 import time
 import tracemalloc
@@ -75,7 +76,12 @@ def session(url: str, spec: dict[str, Any], **kwargs: Any) -> da.DispatchSession
 
 @contextlib.asynccontextmanager
 async def opened(spec: dict[str, Any]) -> AsyncIterator[Callable[[list[Any]], Awaitable[Any]]]:
-    """An open client of either kind, as one ``send(recipients)`` coroutine function."""
+    """An open client of either kind, as one ``send(recipients)`` coroutine function.
+
+    With ``ca_file`` in *spec* (an https URL), each trusts that CA: the SDK through
+    `da.ssl_context`, the baseline through an ``ssl.SSLContext`` of its own.
+    """
+    ca_file = spec.get("ca_file")
     if spec["client"] == "baseline":
         async with baseline.BaselineClient(
             spec["url"],
@@ -84,10 +90,12 @@ async def opened(spec: dict[str, Any]) -> AsyncIterator[Callable[[list[Any]], Aw
             template_id=TEMPLATE,
             chunk_size=spec.get("chunk_size", 1000),
             concurrency=spec.get("concurrency", 8),
+            ssl_context=ssl.create_default_context(cafile=ca_file) if ca_file else None,
         ) as raw:
             yield raw.send
     else:
-        async with session(spec["url"], spec) as client:
+        tls = {"ssl": da.ssl_context(ca_file)} if ca_file else {}
+        async with session(spec["url"], spec, **tls) as client:
 
             async def send(items: list[Any]) -> da.DispatchResult:
                 return await client.send_template(items, template_id=TEMPLATE)

@@ -23,13 +23,7 @@ from tests.fleet._cluster import (
     running_sentinels,
     running_tls_redis,
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from tools.daemon import free_port
 
 
 def answer_to_ping(port: int) -> bytes:
