@@ -113,8 +113,9 @@ class ChunkAnswered:
 class ChunkSplit:
     """The server refused a request as too large (HTTP 413): its recipients go out in parts.
 
-    The call's later chunks are sent in parts of ``part_size`` at once; a ``chunk_size``
-    of ``part_size`` avoids the refusal next time.
+    The refused request's recipients go out again in parts of ``part_size`` (half of
+    it, a refused half halved again). The size the call's later chunks go out in is
+    what went through, reported in `DispatchResult.split_to`.
     """
 
     call_id: int
@@ -128,7 +129,7 @@ class ChunkSplit:
     request_bytes: int | None
     """The refused request's body size in bytes (None if unknown)."""
     part_size: int
-    """The most recipients per request the call sends from now on."""
+    """The most recipients of each part the refused request is sent again in."""
 
 
 @attrs.frozen
