@@ -3,7 +3,7 @@
     python benchmarks/chaos.py [--workers 20] [--rows 200000] [--chunk-size 100]
         [--rate 200] [--latency 0.1] [--max-jobs 2] [--kill-every 1.5]
         [--takeover-after 5] [--token-lifetime 10] [--no-restart]
-        [--restart-at SECONDS] [--down-for SECONDS]
+        [--restart-at SECONDS] [--down-for SECONDS] [--cluster]
 
 It starts a throwaway ``redis-server`` (127.0.0.1, append-only file on), the simulator in
 a process of its own (``--latency`` before every answer; it notes when each request and
@@ -13,7 +13,12 @@ seconds a random worker is SIGKILLed and a new one started; once a third of the 
 are done (and the producer has exited), or at ``--restart-at`` seconds, Redis is
 stopped, left down ``--down-for`` seconds, and started again with its data (down over a
 refresh point, e.g. ``--restart-at 7 --down-for 2`` with 10 s tokens, it shows what the
-fleet does with its token meanwhile). At the end, ``report -o`` writes the results, and it prints:
+fleet does with its token meanwhile). With ``--cluster`` the Redis is a 3-primary,
+3-replica Redis Cluster (tools/redis_topologies.py), the fleet is given one node's URL,
+and the restart is a failover instead, while the producer may still be storing chunks:
+``CLUSTER FAILOVER`` on the replica of the primary that serves the job's keys (the key
+prefix is chosen so that it serves the token's, the limit's and the chunk stream's too).
+At the end, ``report -o`` writes the results, and it prints:
 
 - every input line recorded exactly once, and no number received twice (the simulator's
   count), with the outcomes;
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import bisect
 import contextlib
 import itertools
@@ -54,7 +60,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CLI = (sys.executable, "-m", "dispatch_async._cli")
 SECRET = "chaos-secret"
-PREFIX = "chaos:"
 
 
 # -- the simulator, in its own process -----------------------------------------------------
@@ -196,14 +201,75 @@ class Fleet:
             self.kill(pid, signal.SIGTERM)
 
 
-def _poll(url: str, what: Any) -> Any:
-    """*what*(redis) once Redis answers (it may be restarting)."""
+class ClusterRedis:
+    """A throwaway Redis Cluster; its disruption is a failover of one primary."""
+
+    def __init__(self, data: Path) -> None:
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        from tools.redis_topologies import MissingProgram, running_cluster
+
+        self._stack = contextlib.ExitStack()
+        atexit.register(self._stack.close)  # a run that exits early stops the nodes too
+        try:
+            self.cluster = self._stack.enter_context(running_cluster(data))
+        except MissingProgram as exc:
+            sys.exit(str(exc))
+        self.url = self.cluster.url
+        self.failed_over: dict[str, Any] = {}
+
+    def pids(self) -> list[int]:
+        from tools.redis_topologies import cli
+
+        return [
+            int(line.split(":")[1])
+            for port in self.cluster.ports
+            for line in cli(port, "info", "server").splitlines()
+            if line.startswith("process_id:")
+        ]
+
+    def prefix_on_one_primary(self) -> str:
+        """A key prefix whose token and limit (``{P}``), chunk stream (``{Pchunks}``) and
+        job (``{Pjob:chaos}``) keys one primary serves: its failover then hits them all."""
+        for attempt in itertools.count():
+            prefix = f"chaos{attempt}:"
+            tags = (prefix, f"{prefix}chunks", f"{prefix}job:chaos")
+            if len({self.cluster.primary_for(f"{{{tag}}}") for tag in tags}) == 1:
+                return prefix
+        raise AssertionError  # pragma: no cover - itertools.count never ends
+
+    def fail_over(self, key: str) -> None:
+        """Promote the replica of the primary serving *key*, noting how long it took."""
+        primary = self.cluster.primary_for(key)
+        began = time.monotonic()
+        replica = self.cluster.fail_over(primary)
+        self.failed_over = {
+            "primary": primary,
+            "promoted": replica,
+            "seconds": round(time.monotonic() - began, 2),
+            "keys_it_served": "the token, the limit, the chunk stream, the job",
+        }
+
+    def stop(self) -> None:
+        self._stack.close()
+
+
+def _client(url: str, cluster: bool) -> Any:
     import redis
+    import redis.cluster
+
+    if cluster:
+        return redis.cluster.RedisCluster.from_url(url)
+    return redis.Redis.from_url(url)
+
+
+def _poll(url: str, what: Any, cluster: bool = False) -> Any:
+    """*what*(redis) once Redis answers (it may be restarting, or failing over)."""
     import redis.exceptions
 
     while True:
         try:
-            with redis.Redis.from_url(url) as client:
+            with _client(url, cluster) as client:
                 return what(client)
         except (redis.exceptions.RedisError, OSError):
             time.sleep(0.1)
@@ -220,8 +286,12 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     chunks = -(-args.rows // args.chunk_size)
     data = tmp / "redis"
     data.mkdir()
-    store = Redis(data)
-    store.start()
+    store: Redis | ClusterRedis
+    if args.cluster:
+        store = ClusterRedis(data)
+    else:
+        store = Redis(data)
+        store.start()
     seen_file = tmp / "seen.json"
     simulator = subprocess.Popen(  # noqa: S603 - our own programs
         [
@@ -241,7 +311,8 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "DISPATCH_CLIENT_SECRET": SECRET,
         "DISPATCH_ACCOUNT": "chaos",
     }
-    queue = ["--queue", store.url, "--key-prefix", PREFIX]
+    prefix = store.prefix_on_one_primary() if isinstance(store, ClusterRedis) else "chaos:"
+    queue = ["--queue", store.url, "--key-prefix", prefix]
     fleet = Fleet(
         [
             *(*CLI, "worker", *queue, "--max-jobs", str(args.max_jobs)),
@@ -255,7 +326,7 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     fleet.wait_started()
     # From here on, the workers' CPU is the job's (and the replacements' start-ups).
     fleet.cpu = -sum(_cpu(pid) for pid in fleet.running)
-    keys = f"{PREFIX}job:chaos"
+    keys = f"{{{prefix}job:chaos}}" if args.cluster else f"{prefix}job:chaos"
     state_key, owner_key, out_key = f"{keys}:state", f"{keys}:owner", f"{keys}:out"
     producer = subprocess.Popen(  # noqa: S603 - our own programs
         [*CLI, "send", "basic", "--text", "hi", "-i", str(source), "--chunk-size",
@@ -269,12 +340,16 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     waits: list[float] = []
     watched: dict[bytes, float] = {}  # chunk in flight at a kill -> the kill's time
     kills = 0
+
+    def poll(what: Any) -> Any:
+        return _poll(store.url, what, args.cluster)
+
     while True:
-        done = _poll(store.url, lambda r: r.hlen(out_key))
+        done = poll(lambda r: r.hlen(out_key))
         now = time.time()
         if watched:
             chunks_watched = list(watched)
-            states = _poll(store.url, lambda r, c=chunks_watched: r.hmget(state_key, c))
+            states = poll(lambda r, c=chunks_watched: r.hmget(state_key, c))
             for chunk, state in zip(chunks_watched, states, strict=True):
                 if state == b"done":
                     waits.append(now - watched.pop(chunk))
@@ -286,23 +361,29 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             victim = rnd.choice(list(fleet.running))
             fleet.kill(victim)
             kills += 1
-            owners = _poll(store.url, lambda r: r.hgetall(owner_key))
-            states = _poll(store.url, lambda r: r.hgetall(state_key))
+            owners = poll(lambda r: r.hgetall(owner_key))
+            states = poll(lambda r: r.hgetall(state_key))
             for chunk, owner in owners.items():
                 if owner.endswith(f":{victim}".encode()) and states.get(chunk) == b"in_flight":
                     watched[chunk] = now
             fleet.start()
             next_kill = now + args.kill_every
         due = done >= chunks / 3 if args.restart_at is None else now - started >= args.restart_at
-        if restarted is None and producer.poll() == 0 and due:
-            store.stop()
-            time.sleep(args.down_for)
-            store.start()
+        # A restart would fail the producer (it stops at an outage); a failover must not.
+        producer_done = args.cluster or producer.poll() == 0
+        if restarted is None and producer_done and due:
+            if isinstance(store, ClusterRedis):
+                store.fail_over(state_key)
+            else:
+                store.stop()
+                time.sleep(args.down_for)
+                store.start()
             restarted = time.time() - started
         time.sleep(0.1)
     ended = time.time()
     producer.wait()
-    others = {"simulator": _cpu(simulator.pid), "redis": _cpu(store.process.pid)}  # type: ignore[union-attr]
+    redis_pids = store.pids() if isinstance(store, ClusterRedis) else [store.process.pid]  # type: ignore[union-attr]
+    others = {"simulator": _cpu(simulator.pid), "redis": sum(map(_cpu, redis_pids))}
     fleet.stop_all()
     output = tmp / "results.jsonl"
     reported = subprocess.run(  # noqa: S603 - our own programs
@@ -316,6 +397,12 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     records = [json.loads(line) for line in output.read_bytes().splitlines()]
     summary = _summary(args, records, seen, reported, fleet, chunks, started, ended, kills,
                        waits, watched, restarted)  # fmt: skip
+    if isinstance(store, ClusterRedis):
+        summary["redis"] = "cluster: 3 primaries, 3 replicas"
+        summary["failover"] = store.failed_over and {
+            "at_s": summary.pop("redis_restarted_at_s"),
+            **store.failed_over,
+        }
     span = ended - started
     summary["cpu_share_of_a_core"] = {
         "workers": round(fleet.cpu / span, 2),
@@ -349,6 +436,7 @@ def _summary(
     tokens = seen["token_times"]
     span = times[-1] - times[0]
     p10, p90 = times[len(times) // 10], times[len(times) * 9 // 10]
+    each = Counter(int(t - times[0]) for t in times)
     return {
         "workers": args.workers,
         "rows": args.rows,
@@ -370,6 +458,8 @@ def _summary(
         # Between the 10th and the 90th percentile of arrivals: without start-up and tail.
         "requests_per_second_mid_run": round(0.8 * len(times) / (p90 - p10), 1),
         "busiest_second": busiest,
+        # Arrivals in each whole second from the first request: where the rate dipped.
+        "requests_each_second": [each.get(i, 0) for i in range(int(span) + 1)],
         "busiest_vs_limit": round(busiest / args.rate, 3),
         "kills": kills,
         "redis_restarted_at_s": None if restarted is None else round(restarted, 1),
@@ -402,6 +492,9 @@ def main() -> None:
     parser.add_argument("--no-restart", dest="restart", action="store_false")
     parser.add_argument("--restart-at", type=float, help="seconds (default: a third done)")
     parser.add_argument("--down-for", type=float, default=0.0, help="seconds Redis is down")
+    parser.add_argument(
+        "--cluster", action="store_true", help="a Redis Cluster; a failover, not a restart"
+    )
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="dispatch-chaos-") as tmp:

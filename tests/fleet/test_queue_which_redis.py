@@ -16,7 +16,6 @@ from pathlib import Path
 import redis.asyncio
 
 from dispatch_async.testing import FakeDispatchServer, ServerStats
-from tests.fleet._cluster import Cluster, SentinelSet, TlsRedis, cli
 from tests.fleet.test_queue import (
     CHUNK,
     LINES,
@@ -28,6 +27,7 @@ from tests.fleet.test_queue import (
 )
 from tests.fleet.test_queue import cli as run
 from tests.fleet.test_queue_wakeups import documented_queue_acl
+from tools.redis_topologies import Cluster, SentinelSet, TlsRedis, cli
 
 
 def send_args(queue: str, prefix: str, source: Path, job: str, *more: str) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from dispatch_async.callbacks import RedisDeliveryStore
 from dispatch_async.testing import FakeDispatchServer
 from tests.callback_store_contract import event, reference
 from tests.conftest import SECRET, numbers, session_for
-from tests.fleet._cluster import Cluster, SentinelSet, TlsRedis, cli, free_ports
+from tools.redis_topologies import Cluster, SentinelSet, TlsRedis, cli, free_ports
 
 
 @pytest.fixture

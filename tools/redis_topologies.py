@@ -1,14 +1,15 @@
-"""Real Redis topologies on 127.0.0.1 for the fleet tests: a 3-primary, 3-replica
-Cluster, a Sentinel set (1 primary, 1 replica, 3 sentinels) and a TLS-only Redis.
+"""Real Redis topologies on 127.0.0.1, without pytest: a 3-primary, 3-replica Cluster,
+a Sentinel set (1 primary, 1 replica, 3 sentinels) and a TLS-only Redis.
 
-Each is a group of ``redis-server`` processes in a temporary directory, started by a
-session-scoped fixture (tests/fleet/conftest.py) and stopped at its end.
+Each is a group of ``redis-server`` processes in a directory, started when its block
+begins and stopped at its end. Shared by the fleet tests (tests/fleet/conftest.py, which
+turns a missing program into a skip, or a failure in CI) and the chaos benchmark
+(benchmarks/chaos.py ``--cluster``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import socket
 import subprocess
@@ -17,7 +18,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
-import pytest
 
 #: Seconds a topology may take to come up.
 START_WAIT = 30.0
@@ -41,13 +41,17 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+class MissingProgram(LookupError):
+    """A program a topology needs is not on PATH."""
+
+
 def binary(name: str) -> str:
-    """The path of *name*; skipped locally without it, a failure when ``CI`` is set."""
+    """The path of *name*, or `MissingProgram`."""
     found = shutil.which(name)
     if found is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must provide {name} (see .ci/run)")
-        pytest.skip(f"{name} is not on PATH (apt-get install -y redis-server redis-sentinel)")
+        raise MissingProgram(
+            f"{name} is not on PATH (apt-get install -y redis-server redis-sentinel)"
+        )
     return found
 
 
@@ -68,7 +72,7 @@ def wait_for(what: str, check: Callable[[], bool]) -> None:
     deadline = time.monotonic() + START_WAIT
     while not check():
         if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not come up within {START_WAIT:.0f} s")
+            raise TimeoutError(f"{what} did not come up within {START_WAIT:.0f} s")
         time.sleep(0.05)
 
 
