@@ -1,4 +1,5 @@
-// The built site's own search: Material's search worker, run in node on the site's index.
+// The built site's own search: Material's search worker, run in node on the site's index,
+// given each query the way a page opened from file:// gives it.
 // Usage: node site_search.js SITE QUERY...; prints {query: [page, ...]}, best first.
 "use strict";
 const fs = require("fs");
@@ -25,8 +26,38 @@ vm.runInContext(
   context,
 );
 
+// The page: every script it loads but the theme's bundle (the user interface, whose part
+// here is to post the messages). From file://, the iframe-worker shim is its Worker: its
+// iframe stands in below, handing each message on to the worker above.
+const frame = {
+  document: { open() {}, write() {}, close() { setTimeout(() => frame.onload()); } },
+  dispatchEvent: (event) => handle(event),
+};
+const page = {
+  location: { protocol: "file:" },
+  document: {
+    createElement: () => ({ contentWindow: frame }),
+    body: { appendChild: (element) => element },
+  },
+  onmessage: null,
+  onerror: null,
+  EventTarget,
+  MessageEvent,
+  structuredClone,
+  console,
+};
+page.window = page;
+vm.createContext(page);
+const html = fs.readFileSync(path.join(site, "index.html"), "utf8");
+for (const [, src] of html.matchAll(/<script src="([^"]+)"/g)) {
+  if (!/\/bundle\.[^/]*\.min\.js$/.test(src)) {
+    vm.runInContext(fs.readFileSync(path.join(site, src), "utf8"), page);
+  }
+}
+const searching = new page.Worker(path.join(workers, worker));
+
 async function answer(message) {
-  handle({ data: message });
+  searching.postMessage(message);
   while (!answers.length) await new Promise((resolve) => setTimeout(resolve, 1));
   return answers.shift();
 }

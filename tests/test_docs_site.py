@@ -194,6 +194,14 @@ class TestTheSiteWorksFromDisk:
             assert pages[0] != "changelog.html", (query, pages)
             assert "changelog.html" not in pages[:2], (query, pages)
 
+    def test_a_command_line_option_finds_its_guide(self, site: Path) -> None:
+        # Typed as the software prints it ("--resume sends the not_sent ones again"): the
+        # search reads a leading "-" as "must not contain", and "--resume" found nothing.
+        found = site_search(site, "--resume", "resume", "-resume")
+        assert found["--resume"][:1] == ["guides/command-line.html"]
+        assert found["--resume"] == found["resume"]
+        assert found["-resume"] != found["resume"]  # one dash still means "without"
+
     def test_no_page_loads_or_links_anything_from_another_host(
         self, pages: dict[Path, Page]
     ) -> None:
