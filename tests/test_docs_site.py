@@ -153,6 +153,20 @@ def reference(pages: dict[Path, Page]) -> Reference:
 # -- the site works from disk, with no network -----------------------------------
 
 
+class TestTheNavigation:
+    def test_every_page_is_in_the_menu_once(self) -> None:
+        config = (PROJECT_ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+        listed = re.findall(r"^\s+- (?:.+: )?(\S+\.md)\s*$", config, re.MULTILINE)
+        assert listed, "no page found in mkdocs.yml's nav"
+        twice = sorted({page for page in listed if listed.count(page) > 1})
+        assert not twice, f"listed twice in the menu: {twice}"
+        pages = {
+            str(path.relative_to(PROJECT_ROOT / "docs"))
+            for path in (PROJECT_ROOT / "docs").rglob("*.md")
+        }
+        assert set(listed) == pages, (sorted(pages - set(listed)), sorted(set(listed) - pages))
+
+
 class TestTheSiteWorksFromDisk:
     def test_every_page_links_to_files_not_folders(
         self, site: Path, pages: dict[Path, Page]
