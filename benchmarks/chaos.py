@@ -254,25 +254,37 @@ class ClusterRedis:
         self._stack.close()
 
 
-def _client(url: str, cluster: bool) -> Any:
-    import redis
-    import redis.cluster
+class Watcher:
+    """The run's own view of Redis: one client for the whole run, made anew after a
+    failure (a client a poll would cost a Cluster client's start, the command table
+    read, ten times a second: CPU the fleet then lacks)."""
 
-    if cluster:
-        return redis.cluster.RedisCluster.from_url(url)
-    return redis.Redis.from_url(url)
+    def __init__(self, url: str, cluster: bool) -> None:
+        self.url = url
+        self.cluster = cluster
+        self._client: Any = None
 
+    def __call__(self, what: Any) -> Any:
+        """*what*(redis) once Redis answers (it may be restarting, or failing over)."""
+        import redis
+        import redis.cluster
+        import redis.exceptions
 
-def _poll(url: str, what: Any, cluster: bool = False) -> Any:
-    """*what*(redis) once Redis answers (it may be restarting, or failing over)."""
-    import redis.exceptions
+        while True:
+            try:
+                if self._client is None:
+                    kind = redis.cluster.RedisCluster if self.cluster else redis.Redis
+                    self._client = kind.from_url(self.url)
+                return what(self._client)
+            except (redis.exceptions.RedisError, OSError):
+                self.close()
+                time.sleep(0.1)
 
-    while True:
-        try:
-            with _client(url, cluster) as client:
-                return what(client)
-        except (redis.exceptions.RedisError, OSError):
-            time.sleep(0.1)
+    def close(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+            self._client = None
 
 
 def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -341,9 +353,7 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     watched: dict[bytes, float] = {}  # chunk in flight at a kill -> the kill's time
     kills = 0
 
-    def poll(what: Any) -> Any:
-        return _poll(store.url, what, args.cluster)
-
+    poll = Watcher(store.url, args.cluster)
     while True:
         done = poll(lambda r: r.hlen(out_key))
         now = time.time()
@@ -381,9 +391,14 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             restarted = time.time() - started
         time.sleep(0.1)
     ended = time.time()
+    poll.close()
     producer.wait()
     redis_pids = store.pids() if isinstance(store, ClusterRedis) else [store.process.pid]  # type: ignore[union-attr]
-    others = {"simulator": _cpu(simulator.pid), "redis": sum(map(_cpu, redis_pids))}
+    others = {
+        "simulator": _cpu(simulator.pid),
+        "redis": sum(map(_cpu, redis_pids)),
+        "this_script": _cpu(os.getpid()),
+    }
     fleet.stop_all()
     output = tmp / "results.jsonl"
     reported = subprocess.run(  # noqa: S603 - our own programs

@@ -220,7 +220,9 @@ class SentinelSet:
         return int(answer.split()[1])
 
     def fail_over(self) -> int:
-        """Promote the replica (``SENTINEL FAILOVER``): the new primary's port, once serving."""
+        """Promote the replica (``SENTINEL FAILOVER``): the new primary's port, once it
+        serves and the old primary has become its replica (until the sentinels tell it,
+        the old one still takes writes as a primary)."""
         old = self.current_primary()
         assert cli(self.sentinels[0], "sentinel", "failover", self.service).strip() == "OK"
         wait_for(
@@ -228,6 +230,7 @@ class SentinelSet:
             check=lambda: (
                 self.current_primary() != old
                 and "role:master" in cli(self.current_primary(), "info", "replication")
+                and "role:slave" in cli(old, "info", "replication")
             ),
         )
         return self.current_primary()

@@ -6,6 +6,8 @@ only when a fleet feature is used, so ``import dispatch_async`` works without it
 One `RedisConnection` per feature object: from a URL (a single Redis, any node of a
 Cluster, a Sentinel set) it makes its own client, detecting a Cluster at the first
 connection, and closes it; a client the caller built is used as given, and left open.
+The clients made here raise ``ConnectionError`` for a command written on a connection
+closed underneath it (see `closed_underneath`); one the caller built behaves as built.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from .._exceptions import ConfigurationError, RedisConfigurationError
 from .addresses import SENTINEL_SCHEMES, check_url, parse_sentinel_url, redacted_url
+from .closed_underneath import guard_client
 from .errors import misconfiguration
 
 __all__ = [
@@ -196,8 +199,8 @@ class RedisConnection:
         if self.ssl_ca_certs is not None:
             options["ssl_ca_certs"] = self.ssl_ca_certs
         if self.url.split("://", 1)[0] in SENTINEL_SCHEMES:
-            return self._from_sentinels(options), False
-        single = redis.asyncio.Redis.from_url(self.url, **options)
+            return guard_client(self._from_sentinels(options)), False
+        single = guard_client(redis.asyncio.Redis.from_url(self.url, **options))
         try:
             clustered = await _is_cluster(single)
         except BaseException:
@@ -206,7 +209,9 @@ class RedisConnection:
         if not clustered:
             return single, False
         await single.aclose()
-        cluster = redis.asyncio.RedisCluster.from_url(_without_db(self.url), **options)
+        cluster = guard_client(
+            redis.asyncio.RedisCluster.from_url(_without_db(self.url), **options)
+        )
         try:
             await cluster.initialize()
         except BaseException:
