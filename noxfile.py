@@ -197,7 +197,8 @@ def crash(session: nox.Session) -> None:
 def chaos(session: nox.Session) -> None:
     """A queued job of 200,000 rows over 20 workers, one SIGKILLed every 1.5 s and Redis
     restarted once (needs redis-server; about a minute). Exits 1 unless every line is
-    recorded once and no number was received twice; `-- --workers 50` for 50 workers.
+    recorded once and no number was received twice; `-- --workers 50` for 50 workers,
+    `-- --cluster` on a Redis Cluster with a primary failed over instead of the restart.
     See docs/guides/fleet-throughput.md.
     """
     _install_compiled(session, "test")
