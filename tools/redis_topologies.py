@@ -220,9 +220,7 @@ class SentinelSet:
         return int(answer.split()[1])
 
     def fail_over(self) -> int:
-        """Promote the replica (``SENTINEL FAILOVER``): the new primary's port, once it
-        serves and the old primary has become its replica (until the sentinels tell it,
-        the old one still takes writes as a primary)."""
+        """Promote the replica (``SENTINEL FAILOVER``): the new primary's port, once serving."""
         old = self.current_primary()
         assert cli(self.sentinels[0], "sentinel", "failover", self.service).strip() == "OK"
         wait_for(
@@ -230,10 +228,24 @@ class SentinelSet:
             check=lambda: (
                 self.current_primary() != old
                 and "role:master" in cli(self.current_primary(), "info", "replication")
-                and "role:slave" in cli(old, "info", "replication")
             ),
         )
         return self.current_primary()
+
+    def settled(self) -> tuple[int, int]:
+        """The primary's and the replica's ports, once the replica replicates the primary
+        (after a failover the old primary takes writes until the sentinels demote it)."""
+        found: list[int] = []
+
+        def replicating() -> bool:
+            primary = self.current_primary()
+            (replica,) = {self.primary, self.replica} - {primary}
+            found[:] = [primary, replica]
+            replication = cli(replica, "info", "replication")
+            return "role:slave" in replication and "master_link_status:up" in replication
+
+        wait_for("the Sentinel set to settle", check=replicating)
+        return found[0], found[1]
 
 
 @contextlib.contextmanager

@@ -202,10 +202,7 @@ class TestWrongSettings:
     async def test_a_replica_is_one_line_naming_the_primary_not_an_unreachable_queue(
         self, redis_sentinels: SentinelSet, prefix: str, tmp_path: Path
     ) -> None:
-        primary = redis_sentinels.current_primary()
-        replica = next(
-            p for p in (redis_sentinels.primary, redis_sentinels.replica) if p != primary
-        )
+        _, replica = redis_sentinels.settled()
         source = tmp_path / "in.csv"
         write_input(source)
         queue = f"redis://127.0.0.1:{replica}/0"
