@@ -64,6 +64,13 @@ class TestIdsReadBackAsGiven:
             assert [m.id for m in valid] == ids
             assert valid[0].id == ids[0]
 
+    def test_ids_one_short_and_one_long_of_a_uuid_read_back_exactly(self) -> None:
+        short, long = _uuids(2)
+        ids = [short[:-1], long + "0", *_uuids(2)]  # as long together as four UUIDs
+        valid = valid_messages(ids, _numbers(4), range(4))
+        assert list(valid.ids) == ids
+        assert [valid.ids[i] for i in range(4)] == ids
+
     @pytest.mark.parametrize("letter", "ABCDEF")
     def test_a_uuid_with_one_uppercase_hex_digit_reads_back_exactly(self, letter: str) -> None:
         odd = f"0f8c2e7a-4b1d-4c3e-9a5f-6d7e8f90123{letter}"
