@@ -2,20 +2,20 @@
 
 A chunk answered in the order sent has its accepted recipients at the chunk's positions
 minus the few the service rejected (`Complement`); a merged result has its parts'
-columns one after another (`Joined`); the decoded answer's ids are one field of each
-entry (`Column`). Each is read in place: indexing finds the item in the parts, and an
-item is made only when it is read. The packed columns a result keeps are in ``_packed``.
+columns one after another (`Joined`). Each is read in place: indexing finds the item in
+the parts, and an item is made only when it is read. The packed columns a result keeps
+are in ``_packed``.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain
-from typing import Any, TypeVar, overload
+from typing import TypeVar, overload
 
-__all__ = ["Column", "Complement", "Joined", "View"]
+__all__ = ["Complement", "Joined", "View"]
 
 _T = TypeVar("_T")
 
@@ -103,20 +103,3 @@ class Joined(View[_T]):
 
     def __iter__(self) -> Iterator[_T]:
         return chain.from_iterable(self._parts)
-
-
-class Column(View[_T]):
-    """One field (``get``) of each of *rows*, e.g. the ids of a decoded answer."""
-
-    __slots__ = ("_get", "_rows")
-
-    def __init__(self, rows: Sequence[Any], get: Callable[[Any], _T]) -> None:
-        super().__init__(len(rows))
-        self._rows = rows
-        self._get = get
-
-    def _item(self, index: int) -> _T:
-        return self._get(self._rows[index])
-
-    def __iter__(self) -> Iterator[_T]:
-        return map(self._get, self._rows)

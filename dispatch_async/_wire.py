@@ -12,7 +12,6 @@ careful path.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
 from typing import Annotated, Any
 
 import attrs
@@ -22,9 +21,9 @@ from cattrs.errors import ClassValidationError
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from cattrs.preconf.orjson import make_converter
 
-from ._columns import Column
 from ._exceptions import AuthenticationError, MalformedResponseError
 from ._models import Fallback
+from ._packed import pack_ids, pack_sessions
 
 __all__ = [
     "AnswerColumns",
@@ -188,10 +187,6 @@ class _Answer(msgspec.Struct, gc=False, rename="camel", forbid_unknown_fields=Tr
 
 
 _answer_decoder = msgspec.json.Decoder(_Answer)
-_ID = attrgetter("id")
-_NUMBER = attrgetter("number")
-_REASON = attrgetter("reason")
-_SESSION = attrgetter("session_id")
 
 
 @attrs.frozen
@@ -199,16 +194,17 @@ class AnswerColumns:
     """A dispatch answer of the expected shape, as columns; ``body`` for the careful path.
 
     Every id is a non-empty string, every number and reason a string, every session id
-    a string or None. The ids and session ids are read from the decoded entries
-    (``_columns.Column``) when the chunk's result packs them (``_packed``), and the
-    entries are then dropped.
+    a string or None (``session_ids`` is None when every one is). The ids and session
+    ids are packed (``_packed``) as soon as they are decoded, while the entries are
+    fresh in the cache, and the entries are then dropped; the numbers stay strings for
+    the match.
     """
 
     ids: Sequence[str]
-    valid_numbers: tuple[str, ...]
+    valid_numbers: list[str]
     invalid_numbers: list[str]
     reasons: list[str]
-    session_ids: Sequence[str | None]
+    session_ids: Sequence[str | None] | None
     body: bytes = attrs.field(repr=False)
 
 
@@ -219,11 +215,13 @@ def decode_answer(body: bytes) -> AnswerColumns | Any:
     except (msgspec.DecodeError, UnicodeDecodeError):
         return decode_json(body)
     valid, invalid = answer.valid_messages, answer.invalid_messages
+    # Comprehensions: their attribute loads are specialised, where map(attrgetter) is a
+    # generic lookup per entry.
     return AnswerColumns(
-        Column(valid, _ID),
-        tuple(map(_NUMBER, valid)),
-        list(map(_NUMBER, invalid)),
-        list(map(_REASON, invalid)),
-        Column(valid, _SESSION),
+        pack_ids([v.id for v in valid]),
+        [v.number for v in valid],
+        [i.number for i in invalid],
+        [i.reason for i in invalid],
+        pack_sessions([v.session_id for v in valid]),
         body,
     )

@@ -64,6 +64,21 @@ class TestIdsReadBackAsGiven:
             assert [m.id for m in valid] == ids
             assert valid[0].id == ids[0]
 
+    def test_ids_one_short_and_one_long_of_a_uuid_read_back_exactly(self) -> None:
+        short, long = _uuids(2)
+        ids = [short[:-1], long + "0", *_uuids(2)]  # as long together as four UUIDs
+        valid = valid_messages(ids, _numbers(4), range(4))
+        assert list(valid.ids) == ids
+        assert [valid.ids[i] for i in range(4)] == ids
+
+    @pytest.mark.parametrize("letter", "ABCDEF")
+    def test_a_uuid_with_one_uppercase_hex_digit_reads_back_exactly(self, letter: str) -> None:
+        odd = f"0f8c2e7a-4b1d-4c3e-9a5f-6d7e8f90123{letter}"
+        ids = [*_uuids(2), odd]
+        valid = valid_messages(ids, _numbers(3), range(3))
+        assert list(valid.ids) == ids
+        assert valid.ids[2] == odd
+
     @given(st.lists(st.uuids(), min_size=1, max_size=50))
     def test_uuids_read_back_in_their_lowercase_form(self, drawn: list[uuid.UUID]) -> None:
         ids = [str(u) for u in drawn]
@@ -218,6 +233,68 @@ def _answered(start: int, size: int, sessions: bool) -> da.DispatchResult:
         }
     )
     return result_from_answer(chunk, decode_answer(body))
+
+
+def _json_text(spelled: str | None) -> str:
+    return "null" if spelled is None else f'"{spelled}"'
+
+
+def _decoded(valid: list[str], sessions: list[str | None]) -> da.DispatchResult:
+    """A chunk's result from an answer whose entries are given as JSON text: ids and
+    session ids spelled as the service might spell them (escapes included)."""
+    numbers = _numbers(len(valid))
+    entries = ",".join(
+        f'{{"id":"{id_}","number":"{n}","session_id":{_json_text(s)}}}'
+        for id_, n, s in zip(valid, numbers, sessions, strict=True)
+    )
+    body = f'{{"validMessages":[{entries}],"invalidMessages":[]}}'.encode()
+    chunk = Chunk(0, len(numbers), [{"number": n} for n in numbers])
+    return result_from_answer(chunk, decode_answer(body))
+
+
+class TestIdsDecodedFromAnAnswer:
+    """An answer's ids and session ids are packed as it is decoded: each reads back as the
+    service gave it, whatever its shape and however its JSON spells it."""
+
+    @pytest.mark.parametrize("shape", sorted(ID_SHAPES))
+    def test_an_id_of_any_shape_reads_back(self, shape: str) -> None:
+        odd = orjson.dumps(ID_SHAPES[shape]).decode()[1:-1]  # as JSON spells it
+        uuids = _uuids(4)
+        result = _decoded([*uuids[:2], odd, *uuids[2:]], [*uuids, odd])
+        assert list(result.valid.ids) == [*uuids[:2], ID_SHAPES[shape], *uuids[2:]]
+        assert list(result.valid.session_ids) == [*uuids, ID_SHAPES[shape]]
+        assert [m.id for m in result.valid][2] == ID_SHAPES[shape]
+
+    @pytest.mark.parametrize(
+        ("spelled", "meant"),
+        [
+            ("\\u0030f8c2e7a-4b1d-4c3e-9a5f-6d7e8f901234", "0f8c2e7a-4b1d-4c3e-9a5f-6d7e8f901234"),
+            ("0f8c2e7a\\u002d4b1d-4c3e-9a5f-6d7e8f901234", "0f8c2e7a-4b1d-4c3e-9a5f-6d7e8f901234"),
+            ("\\u0046f8c2e7a-4b1d-4c3e-9a5f-6d7e8f901234", "Ff8c2e7a-4b1d-4c3e-9a5f-6d7e8f901234"),
+            (
+                "0f8c2e7a-4b1d-4c3e-9a5f-6d7e8f90123\\u0000",
+                "0f8c2e7a-4b1d-4c3e-9a5f-6d7e8f90123\x00",
+            ),
+            ("0f8c2e7a-4b1d-4c3e-9a5f-6d7e8f9012\\/4", "0f8c2e7a-4b1d-4c3e-9a5f-6d7e8f9012/4"),
+        ],
+        ids=["escaped digit", "escaped dash", "escaped uppercase", "escaped NUL", "escaped slash"],
+    )
+    def test_an_id_spelled_with_escapes_reads_back_as_it_decodes(
+        self, spelled: str, meant: str
+    ) -> None:
+        uuids = _uuids(3)
+        result = _decoded([uuids[0], spelled, uuids[1]], [spelled, uuids[2], None])
+        assert list(result.valid.ids) == [uuids[0], meant, uuids[1]]
+        assert list(result.valid.session_ids) == [meant, uuids[2], None]
+
+    def test_uuid_ids_and_session_ids_are_kept_as_16_bytes_each(self) -> None:
+        ids, sessions = _uuids(500), _uuids(500)
+        result = _decoded(ids, sessions)
+        assert isinstance(result.valid, da.ValidMessages)
+        assert list(result.valid.ids) == ids
+        assert list(result.valid.session_ids) == sessions
+        for column in (result.valid.ids, result.valid.session_ids):
+            assert type(column).__name__ == "Ids"
 
 
 def _held_per_recipient(make: Callable[[], da.DispatchResult], count: int) -> float:
