@@ -137,7 +137,19 @@ async def send(spec: dict[str, Any]) -> dict[str, Any]:
         kept = await send_(items)
         cpu1, wall1 = cpu_seconds(), time.perf_counter()
     check_counts(kept, n)
-    return {"cpu": cpu1 - cpu0, "wall": wall1 - wall0, "first_call_cpu": first, "warm_n": len(warm)}
+    # What the result costs to let go of: a result of objects is freed here, out of the
+    # send's clock, where a packed one freed its decoded entries inside it.
+    cpu2 = cpu_seconds()
+    del kept
+    gc.collect()
+    dropped = cpu_seconds() - cpu2
+    return {
+        "cpu": cpu1 - cpu0,
+        "wall": wall1 - wall0,
+        "drop_cpu": dropped,
+        "first_call_cpu": first,
+        "warm_n": len(warm),
+    }
 
 
 async def stream_rss(spec: dict[str, Any]) -> dict[str, Any]:
