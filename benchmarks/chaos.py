@@ -171,12 +171,7 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     chunks = -(-args.rows // args.chunk_size)
     data = tmp / "redis"
     data.mkdir()
-    store: Redis | ClusterRedis
-    if args.cluster:
-        store = ClusterRedis(data)
-    else:
-        store = Redis(data)
-        store.start()
+    store = ClusterRedis(data) if args.cluster else Redis(data)
     seen_file = tmp / "seen.json"
     simulator = subprocess.Popen(  # noqa: S603 - our own programs
         [
@@ -196,8 +191,7 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "DISPATCH_CLIENT_SECRET": SECRET,
         "DISPATCH_ACCOUNT": "chaos",
     }
-    prefix = store.prefix_on_one_primary() if isinstance(store, ClusterRedis) else "chaos:"
-    queue = ["--queue", store.url, "--key-prefix", prefix]
+    queue = ["--queue", store.url, "--key-prefix", store.prefix]
     fleet = Fleet(
         [
             *(*CLI, "worker", *queue, "--max-jobs", str(args.max_jobs)),
@@ -211,7 +205,7 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     fleet.wait_started()
     # From here on, the workers' CPU is the job's (and the replacements' start-ups).
     fleet.cpu = -sum(_cpu(pid) for pid in fleet.running)
-    keys = f"{{{prefix}job:chaos}}" if args.cluster else f"{prefix}job:chaos"
+    keys = store.tag(f"{store.prefix}job:chaos")
     state_key, owner_key, out_key = f"{keys}:state", f"{keys}:owner", f"{keys}:out"
     producer = subprocess.Popen(  # noqa: S603 - our own programs
         [*CLI, "send", "basic", "--text", "hi", "-i", str(source), "--chunk-size",
@@ -226,7 +220,7 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     watched: dict[bytes, float] = {}  # chunk in flight at a kill -> the kill's time
     kills = 0
 
-    poll = Watcher(store.url, args.cluster)
+    poll = Watcher(store.url, store.cluster)
     while True:
         done = poll(lambda r: r.hlen(out_key))
         now = time.time()
@@ -252,24 +246,17 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             fleet.start()
             next_kill = now + args.kill_every
         due = done >= chunks / 3 if args.restart_at is None else now - started >= args.restart_at
-        # A restart would fail the producer (it stops at an outage); a failover must not.
-        producer_done = args.cluster or producer.poll() == 0
+        producer_done = not store.waits_for_producer or producer.poll() == 0
         if restarted is None and producer_done and due:
-            if isinstance(store, ClusterRedis):
-                store.fail_over(state_key)
-            else:
-                store.stop()
-                time.sleep(args.down_for)
-                store.start()
+            store.disrupt(state_key, args.down_for)
             restarted = time.time() - started
         time.sleep(0.1)
     ended = time.time()
     poll.close()
     producer.wait()
-    redis_pids = store.pids() if isinstance(store, ClusterRedis) else [store.process.pid]  # type: ignore[union-attr]
     others = {
         "simulator": _cpu(simulator.pid),
-        "redis": sum(map(_cpu, redis_pids)),
+        "redis": sum(map(_cpu, store.pids())),
         "this_script": _cpu(os.getpid()),
     }
     fleet.stop_all()
@@ -284,13 +271,8 @@ def chaos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     seen = json.loads(seen_file.read_text())
     records = [json.loads(line) for line in output.read_bytes().splitlines()]
     summary = _summary(args, records, seen, reported, fleet, chunks, started, ended, kills,
-                       waits, watched, restarted)  # fmt: skip
-    if isinstance(store, ClusterRedis):
-        summary["redis"] = "cluster: 3 primaries, 3 replicas"
-        summary["failover"] = store.failed_over and {
-            "at_s": summary.pop("redis_restarted_at_s"),
-            **store.failed_over,
-        }
+                       waits, watched)  # fmt: skip
+    summary.update(store.report(None if restarted is None else round(restarted, 1)))
     span = ended - started
     summary["cpu_share_of_a_core"] = {
         "workers": round(fleet.cpu / span, 2),
@@ -311,7 +293,6 @@ def _summary(
     kills: int,
     waits: list[float],
     watched: dict[bytes, float],
-    restarted: float | None,
 ) -> dict[str, Any]:
     lines = Counter(r["line"] for r in records)
     outcomes = Counter(r["outcome"] for r in records)
@@ -350,7 +331,6 @@ def _summary(
         "requests_each_second": [each.get(i, 0) for i in range(int(span) + 1)],
         "busiest_vs_limit": round(busiest / args.rate, 3),
         "kills": kills,
-        "redis_restarted_at_s": None if restarted is None else round(restarted, 1),
         "takeover_waits_s": sorted(round(w, 1) for w in waits),
         "chunks_in_flight_at_a_kill_never_recorded": len(watched),
         "worker_cpu_ms_per_chunk": round(fleet.cpu / chunks * 1000, 1),

@@ -29,7 +29,13 @@ __all__ = ["ClusterRedis", "Redis", "Watcher"]
 
 
 class Redis:
-    """A throwaway redis-server with an append-only file, stopped and started at will."""
+    """A throwaway redis-server with an append-only file; its disruption is a restart."""
+
+    #: Whether keys used together need a hash tag (``tag``).
+    cluster = False
+    #: Whether the disruption waits for the producer (a restart would fail it).
+    waits_for_producer = True
+    prefix = "chaos:"
 
     def __init__(self, data: Path) -> None:
         binary = shutil.which("redis-server")
@@ -40,6 +46,7 @@ class Redis:
         self.data = data
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
+        self.start()
 
     def start(self) -> None:
         self.process = subprocess.Popen(  # noqa: S603 - redis-server, fixed arguments
@@ -60,9 +67,30 @@ class Redis:
         self.process.terminate()  # a clean shutdown: the append-only file is flushed
         self.process.wait(timeout=30)
 
+    def tag(self, text: str) -> str:
+        """The start of keys used together, as the fleet writes it (no hash tag)."""
+        return text
+
+    def disrupt(self, key: str, down_for: float) -> None:
+        """Stop Redis, leave it down *down_for* seconds, start it again with its data."""
+        self.stop()
+        time.sleep(down_for)
+        self.start()
+
+    def pids(self) -> list[int]:
+        assert self.process is not None
+        return [self.process.pid]
+
+    def report(self, disrupted_at: float | None) -> dict[str, Any]:
+        return {"redis_restarted_at_s": disrupted_at}
+
 
 class ClusterRedis:
-    """A throwaway Redis Cluster; its disruption is a failover of one primary."""
+    """A throwaway Redis Cluster; its disruption is a failover of one primary, while the
+    producer may still be adding chunks."""
+
+    cluster = True
+    waits_for_producer = False
 
     def __init__(self, data: Path) -> None:
         self._stack = contextlib.ExitStack()
@@ -72,6 +100,7 @@ class ClusterRedis:
         except MissingProgram as exc:
             sys.exit(str(exc))
         self.url = self.cluster.url
+        self.prefix = self._prefix_on_one_primary()
         self.failed_over: dict[str, Any] = {}
 
     def pids(self) -> list[int]:
@@ -82,7 +111,7 @@ class ClusterRedis:
             if line.startswith("process_id:")
         ]
 
-    def prefix_on_one_primary(self) -> str:
+    def _prefix_on_one_primary(self) -> str:
         """A key prefix whose token and limit (``{P}``), chunk stream (``{Pchunks}``) and
         job (``{Pjob:chaos}``) keys one primary serves: its failover then hits them all."""
         for attempt in itertools.count():
@@ -92,8 +121,13 @@ class ClusterRedis:
                 return prefix
         raise AssertionError  # pragma: no cover - itertools.count never ends
 
-    def fail_over(self, key: str) -> None:
-        """Promote the replica of the primary serving *key*, noting how long it took."""
+    def tag(self, text: str) -> str:
+        """The start of keys used together, as the fleet writes it on a Cluster."""
+        return f"{{{text}}}"
+
+    def disrupt(self, key: str, down_for: float) -> None:
+        """Promote the replica of the primary serving *key*, noting how long it took
+        (nothing is down: *down_for* is the restart's)."""
         primary = self.cluster.primary_for(key)
         began = time.monotonic()
         replica = self.cluster.fail_over(primary)
@@ -106,6 +140,10 @@ class ClusterRedis:
 
     def stop(self) -> None:
         self._stack.close()
+
+    def report(self, disrupted_at: float | None) -> dict[str, Any]:
+        failover = self.failed_over and {"at_s": disrupted_at, **self.failed_over}
+        return {"redis": "cluster: 3 primaries, 3 replicas", "failover": failover}
 
 
 class Watcher:
