@@ -47,14 +47,8 @@ def guard_client(client: Any) -> Any:
         pool.connection_class = guarded(pool.connection_class)
         return client
     nodes = client.nodes_manager  # a Cluster: the nodes it knows, and those it will find
-    kwargs = nodes.connection_kwargs
-    kwargs["connection_class"] = guarded(kwargs.get("connection_class", _plain()))
+    kwargs = nodes.connection_kwargs  # RedisCluster always names its connection class
+    kwargs["connection_class"] = guarded(kwargs["connection_class"])
     for node in nodes.startup_nodes.values():
         node.connection_class = guarded(node.connection_class)
     return client
-
-
-def _plain() -> type:
-    import redis.asyncio
-
-    return redis.asyncio.Connection
