@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -24,6 +23,9 @@ from tools.redis_topologies import (
     running_cluster,
     running_sentinels,
     running_tls_redis,
+)
+from tools.redis_topologies import (
+    binary as program,
 )
 
 
@@ -53,11 +55,8 @@ def redis_server() -> Iterator[str]:
     if given:
         yield given
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must provide redis-server (see .ci/run)")
-        pytest.skip("redis-server is not on PATH (apt-get install -y redis-server)")
+    with programs_required():
+        binary = program("redis-server")
     port = free_port()
     process = subprocess.Popen(  # noqa: S603 - redis-server from PATH, fixed arguments
         [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
