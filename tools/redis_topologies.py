@@ -220,8 +220,11 @@ class SentinelSet:
         return int(answer.split()[1])
 
     def fail_over(self) -> int:
-        """Promote the replica (``SENTINEL FAILOVER``): the new primary's port, once serving."""
-        old = self.current_primary()
+        """Promote the replica (``SENTINEL FAILOVER``): the new primary's port, once serving.
+
+        It waits first for an earlier failover's old primary to replicate (only a
+        replica can be promoted)."""
+        old, _ = self.settled()
         assert cli(self.sentinels[0], "sentinel", "failover", self.service).strip() == "OK"
         wait_for(
             "the Sentinel failover",

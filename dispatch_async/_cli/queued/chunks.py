@@ -8,7 +8,7 @@ different jobs spread over the Cluster::
 
     P job:J          hash: the job's target, account, chunk size, chunk and line count
     P job:J:state    hash: chunk index -> pending | in_flight | done
-    P job:J:owner    hash: chunk index -> the worker (host:pid) that claimed it
+    P job:J:owner    hash: chunk index -> the claim that set it in flight (n@host:pid)
     P job:J:entry    hash: chunk index -> the stream entry it was claimed with
     P job:J:digest   hash: chunk index -> CRC-32 of its rows (a restarted producer must
                      read the same input)
@@ -44,6 +44,7 @@ import orjson
 
 from ..reading.input import Row
 from ..screen.problem import Problem
+from .durable import write_durably
 from .link import (
     SOCKET_TIMEOUT,
     QueueRedis,
@@ -212,15 +213,20 @@ def load_rows(raw: bytes) -> list[Row]:
 # -- claiming and finishing a chunk (the worker's side) -----------------------------
 
 
-#: Chunk ARGV[1] goes ``in_flight`` (owner ARGV[2], entry ARGV[3]) if ``pending`` and its
+#: Chunk ARGV[1] goes ``in_flight`` (claim ARGV[2], entry ARGV[3]) if ``pending`` and its
 #: job is there; returns its state before, its rows, the job's target and account (""
-#: for what is not there), the job's TTL and the entry it was claimed with before. A
-#: script, not WATCH/MULTI: with every worker writing the state hash, a watched claim was
-#: retried about one time in three, and took three round trips more.
+#: for what is not there), the job's TTL and the entry it was claimed with before. The
+#: same claim run again (its first reply lost, or its write repeated after a failover)
+#: finds the chunk ``pending``, as the first did. A script, not WATCH/MULTI: with every
+#: worker writing the state hash, a watched claim was retried about one time in three,
+#: and took three round trips more.
 _CLAIM = """
 local state = redis.call('HGET', KEYS[1], ARGV[1])
 local job = redis.call('HMGET', KEYS[4], 'target', 'account')
 local before = redis.call('HGET', KEYS[5], ARGV[1])
+if state == 'in_flight' and redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+    state = 'pending'
+end
 if state == 'pending' and job[1] then
     redis.call('HSET', KEYS[1], ARGV[1], 'in_flight')
     redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
@@ -243,6 +249,9 @@ class Claimed:
     ttl: int
     #: The entry that claimed it before (a chunk ``in_flight``), if known.
     entry: bytes | None = None
+    #: Whether the claim was written again on a new primary (a failover): a chunk found
+    #: ``in_flight`` was then claimed there by another worker, not left by a dead one.
+    failed_over: bool = False
 
 
 #: Each client's registered scripts (by source); dropped with the client.
@@ -260,16 +269,29 @@ def script(redis: QueueRedis, source: str) -> Any:
 
 
 async def claim(
-    redis: QueueRedis, keys: JobKeys, index: int, owner: str, entry: bytes = b""
+    redis: QueueRedis, keys: JobKeys, index: int, claim_id: str, entry: bytes = b""
 ) -> Claimed:
-    """Set chunk *index* ``in_flight`` (by *entry*) if it is ``pending``; what was there
-    before."""
-    state, rows, target, account, ttl, before = await script(redis, _CLAIM)(
+    """Set chunk *index* ``in_flight`` (by *entry*) if it is ``pending``, once a replica
+    has it (`write_durably`); what was there before.
+
+    *claim_id* names this claim alone (a worker's name and a count): the same claim
+    repeated finds the chunk as the first one did.
+    """
+    written = await write_durably(
+        redis,
+        script(redis, _CLAIM),
         keys=[keys.state, keys.owner, keys.rows(index), keys.meta, keys.entry],
-        args=[str(index), owner, entry],
+        args=[str(index), claim_id, entry],
     )
+    state, rows, target, account, ttl, before = written.reply
     return Claimed(
-        state or None, rows or None, target or None, account.decode() or None, ttl, before or None
+        state or None,
+        rows or None,
+        target or None,
+        account.decode() or None,
+        ttl,
+        before or None,
+        failed_over=written.moved,
     )
 
 
@@ -323,20 +345,23 @@ async def finish(
     *,
     only_if_in_flight: bool = False,
 ) -> bool:
-    """Store a chunk's records and mark it ``done`` (one script), then let its stream
-    *entry* go; False if *only_if_in_flight* and it was not in flight (the entry is let
-    go all the same).
+    """Store a chunk's records and mark it ``done`` (one script, once a replica has it:
+    `write_durably`), then let its stream *entry* go; False if *only_if_in_flight* and it
+    was not in flight (the entry is let go all the same).
 
     The worker that claimed a chunk writes unconditionally (it knows what happened); a
     redelivery marking it interrupted writes only over ``in_flight``. The records expire
     *ttl* seconds later (the job's time left when the chunk was claimed), if positive.
     The producer waiting for the job hears of it on ``keys.done`` (``waiting``).
     """
-    done = await script(redis, _FINISH)(
+    written = await write_durably(
+        redis,
+        script(redis, _FINISH),
         keys=[keys.queued, keys.state, keys.out, keys.meta, keys.rows(index), keys.done],
         args=[str(index), b"\n".join(records), "1" if only_if_in_flight else "0",
               str(time.time()), ttl],
     )  # fmt: skip
+    done = written.reply
     if entry:
         await let_go(redis, keys, entry)
     return bool(done)

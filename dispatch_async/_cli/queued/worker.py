@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import socket
@@ -108,6 +109,8 @@ class Worker:
             burst=config.burst,
         )
         self._session: da.DispatchSession | None = None
+        #: Numbers this worker's claims: a claim repeated is told from another claim.
+        self._claims = itertools.count(1)
 
     async def run(self) -> None:
         """Until cancelled (SIGTERM) or, with ``burst``, until the stream is empty."""
@@ -143,11 +146,15 @@ class Worker:
         """Send chunk *index* of *job* once, and record what happened to each row."""
         redis = self.redis
         keys = job_keys(redis, self.config.key_prefix, job)
-        claimed = await claim(redis, keys, index, self.owner, entry)
+        claimed = await claim(redis, keys, index, f"{next(self._claims)}@{self.owner}", entry)
         state, raw = claimed.state, claimed.rows
         if state == DONE:
             await release(redis, keys, index, entry)
             return "already done"
+        if state == IN_FLIGHT and claimed.failed_over:
+            # Claimed on the new primary by another worker while this one's claim went
+            # to the old primary only: the chunk, and its entry there, are the other's.
+            return "claimed by another worker during a failover: left to it"
         first = claimed.entry
         if (
             state == IN_FLIGHT

@@ -1,0 +1,139 @@
+"""The queue's writes that must outlive a failover: a worker's claim and its records.
+
+A Redis primary answers a write before its replica has it, so a failover can lose it.
+The sharp case is a Sentinel failover of a primary that is still up (``SENTINEL
+FAILOVER``, or a network split): the old primary goes on taking writes from the
+connections made before, for up to ten seconds until the sentinels make it a replica,
+and then drops them all. A chunk claimed only there would be sent again by a worker on
+the new primary; a chunk finished only there would be recorded maybe_sent.
+
+So each such write is sent with ``WAIT`` for a replica on the same connection (one
+pipeline, one round trip). If no replica confirms it, the client drops its idle
+connections (a Sentinel client then asks the sentinels for the primary again) and looks
+at the server it now reaches (``INFO``): another server (its ``run_id``) means a failover,
+and the write runs again there; the same one is asked how many replicas it has now (a
+primary that lost its replica has none to wait for). A Cluster's coordinated failover
+(``CLUSTER FAILOVER``) loses no write, and ``WAIT`` cannot follow a Cluster's routing: its
+writes are sent as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Sequence
+from typing import Any, Final
+
+import attrs
+
+from .link import QueueRedis
+
+__all__ = ["Written", "write_durably"]
+
+log = logging.getLogger("dispatch_async")
+
+#: Milliseconds a write waits for a replica to confirm it (a healthy link takes one).
+WAIT_MS: Final = 1000
+#: Writes sent before one is given up as unconfirmed (each waits ``WAIT_MS`` at most).
+_TRIES: Final = 5
+#: Seconds a client's view of its primary is kept before it is looked at again (a
+#: replica added or back is waited for from then on).
+_LOOK_EVERY: Final = 10.0
+
+
+@attrs.frozen
+class Written:
+    """A script's reply, and whether the write ran again on a new primary (a failover
+    happened since the first try, which the first try may or may not have reached)."""
+
+    reply: Any
+    moved: bool = False
+
+
+@attrs.frozen
+class _Server:
+    """The primary a client reaches, as last seen."""
+
+    run_id: bytes | str
+    replicas: int
+    #: When it was seen (the event loop's clock).
+    seen: float
+
+
+#: What each client's primary was last seen as; dropped with the client.
+_SERVERS: weakref.WeakKeyDictionary[Any, _Server] = weakref.WeakKeyDictionary()
+
+
+async def write_durably(
+    redis: QueueRedis, script: Any, keys: Sequence[str], args: Sequence[Any]
+) -> Written:
+    """Run *script* (registered with *redis*) and return once a replica has its write, or
+    the primary has no replica; run it again on the new primary after a failover.
+
+    The script must be safe to run twice by the same writer (a retry after a lost reply).
+    """
+    if _is_cluster(redis):
+        return Written(await script(keys=keys, args=args))
+    server = _SERVERS.get(redis)
+    if server is None or asyncio.get_running_loop().time() - server.seen > _LOOK_EVERY:
+        server = await _look(redis)
+    moved = False
+    for _ in range(_TRIES):
+        if not server.replicas:
+            return Written(await script(keys=keys, args=args), moved)
+        async with redis.pipeline(transaction=False) as pipe:
+            await script(keys=keys, args=args, client=pipe)
+            pipe.wait(1, WAIT_MS)  # the replica a failover promotes is the most up to date
+            reply, confirmed = await pipe.execute()
+        if confirmed >= 1:
+            return Written(reply, moved)
+        await redis.connection_pool.disconnect(inuse_connections=False)
+        before, server = server, await _look(redis)
+        if server.run_id != before.run_id:
+            log.warning("the queue's Redis failed over: writing again on the new primary")
+            moved = True
+        elif _sentinel_pool(redis) is not None:
+            # The same primary, maybe without its replica: the sentinels asked may not
+            # know yet of the failover that took it. Go on waiting for a replica.
+            server = _SERVERS[redis] = attrs.evolve(server, replicas=before.replicas)
+    log.warning(
+        "no replica of the queue's Redis confirmed a write within %.0f s: a failover now "
+        "could lose it",
+        _TRIES * WAIT_MS / 1000,
+    )
+    return Written(reply, moved)
+
+
+async def _look(redis: QueueRedis) -> _Server:
+    """The server *redis* reaches now: its ``run_id`` and connected replicas.
+
+    Behind Sentinel the sentinels are asked for the primary first: if it changed, the
+    client drops its idle connections, and this looks at the new primary, not at the old
+    one that still answers.
+    """
+    pool = _sentinel_pool(redis)
+    if pool is not None:
+        await pool.get_master_address()
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.info("server")
+        pipe.info("replication")
+        found, replication = await pipe.execute()
+    server = _SERVERS[redis] = _Server(
+        found["run_id"],
+        int(replication["connected_slaves"]),
+        asyncio.get_running_loop().time(),
+    )
+    return server
+
+
+def _sentinel_pool(client: QueueRedis) -> Any:
+    """*client*'s redis-py ``SentinelConnectionPool``, if it has one (else None)."""
+    pool = client.connection_pool
+    return pool if hasattr(pool, "get_master_address") else None
+
+
+def _is_cluster(client: QueueRedis) -> bool:
+    import redis.asyncio
+
+    return isinstance(client, redis.asyncio.RedisCluster)
