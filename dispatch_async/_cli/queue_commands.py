@@ -38,7 +38,7 @@ _QUEUE_HELP = (
     default=300.0,
     show_default=True,
     envvar="DISPATCH_JOB_TIMEOUT",
-    help="Seconds one chunk may take (80% of it sending).",
+    help="Seconds one chunk's sending may take (its deadline is 80% of it).",
 )
 @click.option(
     "--takeover-after",

@@ -71,7 +71,12 @@ def worker_env(server: FakeDispatchServer) -> dict[str, str]:
 
 
 async def start_worker(
-    server: FakeDispatchServer, redis_url: str, prefix: str, *, burst: bool = True
+    server: FakeDispatchServer,
+    redis_url: str,
+    prefix: str,
+    *,
+    burst: bool = True,
+    takeover: float = TAKEOVER,
 ) -> Any:
     return await asyncio.create_subprocess_exec(
         *COMMAND,
@@ -85,7 +90,7 @@ async def start_worker(
         "--job-timeout",
         str(JOB_TIMEOUT),
         "--takeover-after",
-        str(TAKEOVER),
+        str(takeover),
         "--poll-delay",
         "0.05",
         *(["--burst"] if burst else []),
@@ -638,6 +643,40 @@ class TestTheWorkerInProcess:
         assert {r["error_type"] for r in records if r["outcome"] == "not_sent"} == {
             "AuthenticationError"
         }
+
+    async def test_a_chunk_sent_is_recorded_sent_however_long_redis_takes_to_store_it(
+        self, redis: Any, redis_server: str, prefix: str, tmp_path: Path
+    ) -> None:
+        """``--job-timeout`` cuts the sending only: Redis taking writes again only after
+        it (paused, as for a failover's moment) gets the records of the chunks sent
+        meanwhile, not a takeover's maybe_sent."""
+        source = tmp_path / "in.csv"
+        write_input(source)
+        await produce(redis_server, prefix, source, "paused")
+        async with FakeDispatchServer(client_secret=SECRET, latency=0.2) as server:
+            config = attrs.evolve(
+                worker_config(redis_server, prefix, base_url=server.url),
+                job_timeout=1.0,
+                takeover_after=0.5,
+            )
+            worker = asyncio.ensure_future(Worker(config, redis).run())  # --burst
+
+            async def a_request() -> int:
+                return server.stats.requests
+
+            try:
+                await until(a_request, HANG, "the first request")
+                await redis.execute_command("CLIENT", "PAUSE", 2000, "WRITE")
+                async with asyncio.timeout(HANG):
+                    await asyncio.shield(worker)
+            finally:
+                worker.cancel()
+            stats = server.stats
+        output = tmp_path / "report.jsonl"
+        await report(redis, job="paused", output=output, key_prefix=prefix)
+        records = read_report(output)
+        assert Counter(r["outcome"] for r in records) == {"sent": LINES - 2, "invalid": 2}
+        assert not stats.duplicates
 
     async def test_without_the_services_address_or_secret_it_says_what_to_set(
         self, redis_server: str, prefix: str

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from redis.exceptions import NoPermissionError
 
 from dispatch_async._cli.queued.chunks import (
     IN_FLIGHT,
@@ -22,7 +23,10 @@ from dispatch_async._cli.queued.chunks import (
     finish,
 )
 from dispatch_async._cli.queued.link import disconnect
-from tools.redis_topologies import SentinelSet, cli
+from dispatch_async._cli.queued.worker import Worker
+from tests.fleet.test_queue import worker_config
+from tests.fleet.test_queue_wakeups import documented_queue_acl
+from tools.redis_topologies import SentinelSet, cli, wait_for
 
 
 async def _job(redis: QueueRedis, keys: JobKeys, chunks: int) -> None:
@@ -71,12 +75,14 @@ class TestAfterASentinelFailover:
         redis = await connect(redis_sentinels.url)
         try:
             await _job(redis, keys, 4)
+            entry = await redis.xadd(keys.stream, {"job": keys.job, "chunk": "3"})
             await claim(redis, keys, 0, "1@w:1", b"1-0")  # before: the connection is made
             new = await asyncio.to_thread(redis_sentinels.fail_over)
             # Another worker, on the new primary, claimed chunk 3 meanwhile.
             cli(new, "hset", keys.state, "3", "in_flight")
             cli(new, "hset", keys.owner, "3", "1@w:2")
-            taken = await claim(redis, keys, 3, "2@w:1", b"1-3")
+            worker = Worker(worker_config(redis_sentinels.url, prefix), redis)
+            outcome = await worker.send_chunk(keys.job, 3, entry)
             mine = await claim(redis, keys, 1, "3@w:1", b"1-1")
             await finish(redis, keys, 0, [b'{"line":2}'], None, 60)
         finally:
@@ -85,10 +91,60 @@ class TestAfterASentinelFailover:
         def on_new(*args: str) -> str:
             return cli(new, *args).strip()
 
-        assert (taken.state, taken.failed_over) == (IN_FLIGHT, True)
+        assert outcome == "claimed by another worker during a failover: left to it"
         assert on_new("hget", keys.owner, "3") == "1@w:2"
+        assert on_new("hexists", keys.out, "3") == "0"
+        assert on_new("xlen", keys.stream) == "1"  # its entry, for the other worker
         assert mine.state == PENDING
         assert on_new("hget", keys.state, "1") == "in_flight"
         assert on_new("hget", keys.owner, "1") == "3@w:1"
         assert on_new("hget", keys.state, "0") == "done"
         assert on_new("hget", keys.out, "0") == '{"line":2}'
+
+
+class TestOnAPrimaryWithAReplica:
+    """The Sentinel set's primary, given by its own URL as a user of the guide's ACL."""
+
+    @staticmethod
+    def user(sentinels: SentinelSet, prefix: str, *rules: str) -> str:
+        primary, _ = sentinels.settled()
+        wait_for("the replica online", lambda: "state=online" in cli(primary, "info"))
+        name = f"fleet-{prefix.rstrip(':')}"
+        cli(primary, "acl", "setuser", name, "reset", *rules)
+        return f"redis://{name}:s3cret@127.0.0.1:{primary}/0"
+
+    async def test_the_guides_acl_is_enough_and_the_replica_has_the_records(
+        self, redis_sentinels: SentinelSet, prefix: str
+    ) -> None:
+        rules = [
+            w.replace("acme-dispatch:", prefix).replace("PASSWORD", "s3cret")
+            for w in documented_queue_acl()[1:]
+        ]
+        keys = JobKeys(prefix, "acl")
+        redis = await connect(self.user(redis_sentinels, prefix, *rules))
+        try:
+            await _job(redis, keys, 1)
+            assert (await claim(redis, keys, 0, "1@w:1", b"1-0")).state == PENDING
+            assert await finish(redis, keys, 0, [b'{"line":2}'], None, 60)
+        finally:
+            await disconnect(redis)
+        _, replica = redis_sentinels.settled()
+        assert cli(replica, "hget", keys.state, "0").strip() == "done"
+
+    async def test_a_user_who_may_not_wait_is_refused_before_anything_is_written(
+        self, redis_sentinels: SentinelSet, prefix: str
+    ) -> None:
+        rules = [
+            w.replace("acme-dispatch:", prefix).replace("PASSWORD", "s3cret")
+            for w in documented_queue_acl()[1:]
+            if w != "+wait"
+        ]
+        keys = JobKeys(prefix, "nowait")
+        redis = await connect(self.user(redis_sentinels, prefix, *rules))
+        try:
+            await _job(redis, keys, 1)
+            with pytest.raises(NoPermissionError, match="wait"):
+                await claim(redis, keys, 0, "1@w:1", b"1-0")
+            assert await redis.hget(keys.state, "0") == PENDING
+        finally:
+            await disconnect(redis)

@@ -135,6 +135,10 @@ def cluster_client(cluster: Cluster) -> redis.asyncio.RedisCluster:
     return redis.asyncio.RedisCluster(host="127.0.0.1", port=cluster.ports[0])
 
 
+#: Seconds before a quiet worker's chunk is taken over in a failover test.
+FAILOVER_TAKEOVER = 6.0
+
+
 class TestFailover:
     """A failover mid-job (a queued job's commands as processes, 2 workers): every line
     recorded once, no number received twice; and so says a report read once the old
@@ -168,13 +172,20 @@ async def run_with_a_failover(
     settle: Callable[[], object] = lambda: None,
 ) -> None:
     """``send --queue -o`` and 2 workers; *fail_over* once the first request is out;
-    ``report -o`` once the job is done and *settle* returned."""
+    ``report -o`` once the job is done and *settle* returned (and before it starts)."""
+    await asyncio.to_thread(settle)  # an earlier test's failover over: this one is mid-job
     source = tmp_path / "in.csv"
     numbers = write_input(source)
     output = tmp_path / "results.jsonl"
     async with FakeDispatchServer(client_secret="queue-test-secret", latency=1.0) as server:
         env = worker_env(server)
-        workers = [await start_worker(server, queue, prefix, burst=False) for _ in range(2)]
+        # A chunk is taken over only after its worker was quiet longer than a failover
+        # keeps it from Redis (its heartbeats go to the old primary until a write of its
+        # finds no replica, a second or two); with less, the chunk is recorded maybe_sent.
+        workers = [
+            await start_worker(server, queue, prefix, burst=False, takeover=FAILOVER_TAKEOVER)
+            for _ in range(2)
+        ]
         try:
             producer = asyncio.create_task(
                 run(*send_args(queue, prefix, source, "f", "-o", str(output)), env=env)

@@ -7,14 +7,15 @@ connections made before, for up to ten seconds until the sentinels make it a rep
 and then drops them all. A chunk claimed only there would be sent again by a worker on
 the new primary; a chunk finished only there would be recorded maybe_sent.
 
-So each such write is sent with ``WAIT`` for a replica on the same connection (one
-pipeline, one round trip). If no replica confirms it, the client drops its idle
-connections (a Sentinel client then asks the sentinels for the primary again) and looks
-at the server it now reaches (``INFO``): another server (its ``run_id``) means a failover,
-and the write runs again there; the same one is asked how many replicas it has now (a
-primary that lost its replica has none to wait for). A Cluster's coordinated failover
-(``CLUSTER FAILOVER``) loses no write, and ``WAIT`` cannot follow a Cluster's routing: its
-writes are sent as they are.
+So each such write is sent with ``WAIT`` for the primary's online replicas on the same
+connection (one pipeline, one round trip). If they do not confirm it, or the connection
+is cut, the client drops its idle connections (a Sentinel client then asks the sentinels
+for the primary again) and looks at the server it now reaches (``INFO``): another server
+(its ``run_id``) means a failover, and the write runs again there; the same one is asked
+how many replicas it has online now (a primary that lost its replica has none to wait
+for). After five unconfirmed tries the write is taken as it is, with a warning. A
+Cluster's coordinated failover (``CLUSTER FAILOVER``) loses no write, and ``WAIT``
+cannot follow a Cluster's routing: its writes are sent as they are.
 """
 
 from __future__ import annotations
@@ -68,49 +69,86 @@ _SERVERS: weakref.WeakKeyDictionary[Any, _Server] = weakref.WeakKeyDictionary()
 async def write_durably(
     redis: QueueRedis, script: Any, keys: Sequence[str], args: Sequence[Any]
 ) -> Written:
-    """Run *script* (registered with *redis*) and return once a replica has its write, or
-    the primary has no replica; run it again on the new primary after a failover.
+    """Run *script* (registered with *redis*) and return once the primary's replicas have
+    its write, or it has none online; run it again on the new primary after a failover.
 
-    The script must be safe to run twice by the same writer (a retry after a lost reply).
+    The script must be safe to run twice by the same writer (a retry after a lost reply);
+    the reply kept is the first one from the server that has the write.
     """
+    from redis import exceptions
+
     if _is_cluster(redis):
         return Written(await script(keys=keys, args=args))
     server = _SERVERS.get(redis)
     if server is None or asyncio.get_running_loop().time() - server.seen > _LOOK_EVERY:
         server = await _look(redis)
     moved = False
+    kept: Any = None
     for _ in range(_TRIES):
         if not server.replicas:
-            return Written(await script(keys=keys, args=args), moved)
-        async with redis.pipeline(transaction=False) as pipe:
-            await script(keys=keys, args=args, client=pipe)
-            pipe.wait(1, WAIT_MS)  # the replica a failover promotes is the most up to date
-            reply, confirmed = await pipe.execute()
-        if confirmed >= 1:
-            return Written(reply, moved)
+            reply = await script(keys=keys, args=args)
+            return Written(reply if kept is None else kept, moved)
+        try:
+            reply, confirmed = await _write_and_wait(redis, script, keys, args, server.replicas)
+        except (exceptions.ConnectionError, exceptions.TimeoutError, OSError):
+            confirmed = -1  # cut (an old primary demoted closes its clients): look again
+        else:
+            kept = reply if kept is None else kept
+            if confirmed >= server.replicas:
+                return Written(kept, moved)
+        log.info("a write to the queue's Redis was not confirmed by its replicas: looking again")
         await redis.connection_pool.disconnect(inuse_connections=False)
         before, server = server, await _look(redis)
         if server.run_id != before.run_id:
             log.warning("the queue's Redis failed over: writing again on the new primary")
-            moved = True
-        elif _sentinel_pool(redis) is not None:
+            moved, kept = True, None
+        elif _sentinel_pool(redis) is not None and confirmed >= 0:
             # The same primary, maybe without its replica: the sentinels asked may not
             # know yet of the failover that took it. Go on waiting for a replica.
-            server = _SERVERS[redis] = attrs.evolve(server, replicas=before.replicas)
+            server = _SERVERS[redis] = attrs.evolve(
+                server, replicas=max(server.replicas, before.replicas)
+            )
     log.warning(
-        "no replica of the queue's Redis confirmed a write within %.0f s: a failover now "
-        "could lose it",
+        "no replica of the queue's Redis confirmed a write within %.0f s: going on; a "
+        "failover now could lose it",
         _TRIES * WAIT_MS / 1000,
     )
-    return Written(reply, moved)
+    if kept is None:  # every try was cut: the last one decides
+        kept = await script(keys=keys, args=args)
+    return Written(kept, moved)
+
+
+async def _write_and_wait(
+    redis: QueueRedis, script: Any, keys: Sequence[str], args: Sequence[Any], replicas: int
+) -> tuple[Any, int]:
+    """The script's reply and how many replicas confirmed it: one round trip (``EVALSHA``
+    and ``WAIT`` pipelined on one connection; the script loaded first if Redis lacks it)."""
+    from redis import exceptions
+
+    for loaded in (False, True):
+        async with redis.pipeline(transaction=False) as pipe:
+            # EVALSHA itself, not the script object: that one makes the pipeline ask
+            # SCRIPT EXISTS first, a round trip more and a command the ACL need not allow.
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.wait(replicas, WAIT_MS)
+            reply, confirmed = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, exceptions.NoScriptError) and not loaded:
+            await redis.script_load(script.script)  # a new primary: the script ran not
+            continue
+        for answer in (reply, confirmed):
+            if isinstance(answer, Exception):
+                raise answer
+        break
+    return reply, int(confirmed)
 
 
 async def _look(redis: QueueRedis) -> _Server:
-    """The server *redis* reaches now: its ``run_id`` and connected replicas.
+    """The server *redis* reaches now: its ``run_id`` and replicas online.
 
     Behind Sentinel the sentinels are asked for the primary first: if it changed, the
     client drops its idle connections, and this looks at the new primary, not at the old
-    one that still answers.
+    one that still answers. ``WAIT 0 0`` checks that the user may wait (before any write
+    that would then go unconfirmed).
     """
     pool = _sentinel_pool(redis)
     if pool is not None:
@@ -118,12 +156,15 @@ async def _look(redis: QueueRedis) -> _Server:
     async with redis.pipeline(transaction=False) as pipe:
         pipe.info("server")
         pipe.info("replication")
-        found, replication = await pipe.execute()
-    server = _SERVERS[redis] = _Server(
-        found["run_id"],
-        int(replication["connected_slaves"]),
-        asyncio.get_running_loop().time(),
-    )
+        pipe.wait(0, 0)
+        found, replication, _ = await pipe.execute()
+    online = sum(
+        1
+        for name, replica in replication.items()
+        if name.startswith("slave") and isinstance(replica, dict)
+        and replica.get("state") == "online"
+    )  # fmt: skip
+    server = _SERVERS[redis] = _Server(found["run_id"], online, asyncio.get_running_loop().time())
     return server
 
 

@@ -136,8 +136,7 @@ class Worker:
             await let_go(self.redis, job_keys(self.redis, self.config.key_prefix, "-"), entry_id)
             return
         try:
-            async with asyncio.timeout(self.config.job_timeout):
-                outcome = await self.send_chunk(job, index, entry_id)
+            outcome = await self.send_chunk(job, index, entry_id)
         except TimeoutError:
             outcome = "stopped at --job-timeout: what was in flight recorded maybe_sent"
         log.info("chunk %s of job %s: %s", index, job, outcome)
@@ -193,7 +192,11 @@ class Worker:
         rows = load_rows(raw)
         target = Target(**orjson.loads(claimed.target))
         try:
-            records, sent = await self._send(target, claimed.account, rows)
+            # Only the sending is cut at the job timeout: claiming and recording are
+            # bounded by their own waits (`write_durably`, the socket timeout), and a
+            # chunk sent is recorded as sent however long Redis takes to have it.
+            async with asyncio.timeout(self.config.job_timeout):
+                records, sent = await self._send(target, claimed.account, rows)
         except BaseException:
             # Cancelled (SIGTERM, the job timeout) or a bug: a request may be out.
             await asyncio.shield(
