@@ -8,11 +8,16 @@ connections made before, and drops them once the sentinels make it a replica.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import cast
 
+import attrs
 import pytest
 from redis.exceptions import NoPermissionError
 
+from dispatch_async._cli.job.spec import InputSpec, Target
 from dispatch_async._cli.queued.chunks import (
     IN_FLIGHT,
     PENDING,
@@ -23,8 +28,10 @@ from dispatch_async._cli.queued.chunks import (
     finish,
 )
 from dispatch_async._cli.queued.link import disconnect
+from dispatch_async._cli.queued.producer import enqueue
 from dispatch_async._cli.queued.worker import Worker
-from tests.fleet.test_queue import worker_config
+from dispatch_async._cli.reading.rows import Row, Rows
+from tests.fleet.test_queue import CHUNK, LINES, worker_config, write_input
 from tests.fleet.test_queue_wakeups import documented_queue_acl
 from tools.redis_topologies import SentinelSet, cli, wait_for
 
@@ -100,6 +107,60 @@ class TestAfterASentinelFailover:
         assert on_new("hget", keys.owner, "1") == "3@w:1"
         assert on_new("hget", keys.state, "0") == "done"
         assert on_new("hget", keys.out, "0") == '{"line":2}'
+
+    async def test_a_job_enqueued_across_it_is_enqueued_whole_on_the_new_primary(
+        self, redis_sentinels: SentinelSet, prefix: str, tmp_path: Path
+    ) -> None:
+        source = tmp_path / "in.csv"
+        write_input(source)
+        spec = FailingOverInput(str(source), fail_over=redis_sentinels.fail_over)
+        redis = await connect(redis_sentinels.url)
+        try:
+            await enqueue(
+                redis,
+                job="across",
+                target=Target("basic", text="hi"),
+                account=None,
+                input_spec=spec,
+                chunk_size=CHUNK,
+                key_prefix=prefix,
+            )
+        finally:
+            await disconnect(redis)
+        assert spec.failed_over.is_set()
+        keys = JobKeys(prefix, "across")
+        new = redis_sentinels.current_primary()
+        states = cli(new, "hvals", keys.state).split()
+        assert states == ["pending"] * (LINES // CHUNK)
+        assert cli(new, "hget", keys.meta, "chunks").strip() == str(LINES // CHUNK)
+        assert int(cli(new, "xlen", keys.stream)) >= LINES // CHUNK
+
+
+@attrs.frozen
+class FailingOverInput(InputSpec):
+    """The file's rows; *fail_over* runs once, when the second chunk's rows are read."""
+
+    fail_over: Callable[[], object] = lambda: None
+    failed_over: threading.Event = attrs.field(factory=threading.Event)
+
+    def open(self) -> Rows:
+        rows = super().open()
+        return cast(Rows, _ThenFailOver(rows, self))
+
+
+class _ThenFailOver:
+    def __init__(self, rows: Rows, spec: FailingOverInput) -> None:
+        self.rows, self.spec = rows, spec
+
+    def __iter__(self) -> Iterator[Row]:
+        for count, row in enumerate(self.rows):
+            if count == CHUNK and not self.spec.failed_over.is_set():
+                self.spec.fail_over()  # in the producer's reading thread
+                self.spec.failed_over.set()
+            yield row
+
+    def close(self) -> None:
+        self.rows.close()
 
 
 class TestOnAPrimaryWithAReplica:

@@ -30,7 +30,7 @@ import attrs
 
 from .link import QueueRedis
 
-__all__ = ["Written", "write_durably"]
+__all__ = ["Written", "primary_id", "write_durably"]
 
 log = logging.getLogger("dispatch_async")
 
@@ -41,6 +41,9 @@ _TRIES: Final = 5
 #: Seconds a client's view of its primary is kept before it is looked at again (a
 #: replica added or back is waited for from then on).
 _LOOK_EVERY: Final = 10.0
+#: Seconds the sentinels may disagree on the primary (a failover only some of them have
+#: heard of) before the one redis-py asks is believed.
+_AGREE_WITHIN: Final = 5.0
 
 
 @attrs.frozen
@@ -118,6 +121,13 @@ async def write_durably(
     return Written(kept, moved)
 
 
+async def primary_id(redis: QueueRedis) -> bytes | str | None:
+    """The run id of the primary *redis* reaches now (behind Sentinel, the one the
+    sentinels name); None on a Cluster. Two that differ mean a failover (or a restart)
+    in between: writes made meanwhile may be gone."""
+    return None if _is_cluster(redis) else (await _look(redis)).run_id
+
+
 async def _write_and_wait(
     redis: QueueRedis, script: Any, keys: Sequence[str], args: Sequence[Any], replicas: int
 ) -> tuple[Any, int]:
@@ -145,14 +155,14 @@ async def _write_and_wait(
 async def _look(redis: QueueRedis) -> _Server:
     """The server *redis* reaches now: its ``run_id`` and replicas online.
 
-    Behind Sentinel the sentinels are asked for the primary first: if it changed, the
-    client drops its idle connections, and this looks at the new primary, not at the old
-    one that still answers. ``WAIT 0 0`` checks that the user may wait (before any write
-    that would then go unconfirmed).
+    Behind Sentinel the sentinels are asked for the primary first (`_ask_sentinels`): if
+    it changed, the client drops its idle connections, and this looks at the new
+    primary, not at the old one that still answers. ``WAIT 0 0`` checks that the user
+    may wait (before any write that would then go unconfirmed).
     """
     pool = _sentinel_pool(redis)
     if pool is not None:
-        await pool.get_master_address()
+        await _ask_sentinels(pool)
     async with redis.pipeline(transaction=False) as pipe:
         pipe.info("server")
         pipe.info("replication")
@@ -166,6 +176,46 @@ async def _look(redis: QueueRedis) -> _Server:
     )  # fmt: skip
     server = _SERVERS[redis] = _Server(found["run_id"], online, asyncio.get_running_loop().time())
     return server
+
+
+async def _ask_sentinels(pool: Any) -> None:
+    """Make *pool* use the primary the sentinels settled on.
+
+    During a failover a sentinel still names the old primary (flagged
+    ``failover_in_progress``) though its replica may take writes already, and right
+    after it only some sentinels know of it, while redis-py asks the one that answered
+    it last. So this waits (``_AGREE_WITHIN`` at most) until no failover is in progress
+    and the sentinel redis-py asks names the primary of the newest configuration (the
+    highest epoch). A change of primary makes the pool drop its idle connections.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _AGREE_WITHIN
+    while True:
+        found = await pool.get_master_address()
+        newest = await _newest_primary(pool)
+        if tuple(found) == newest or loop.time() >= deadline:
+            return
+        await asyncio.sleep(0.1)
+
+
+async def _newest_primary(pool: Any) -> tuple[str, int] | None:
+    """The primary named with the highest configuration epoch by the sentinels that
+    answer; None while one of them is failing it over."""
+    from redis import exceptions
+
+    newest: tuple[int, tuple[str, int]] | None = None
+    for sentinel in pool.sentinel_manager.sentinels:
+        try:
+            state = (await sentinel.sentinel_masters()).get(pool.service_name)
+        except (exceptions.ConnectionError, exceptions.TimeoutError, OSError):
+            continue
+        if not state:
+            continue
+        if "failover_in_progress" in state["flags"]:
+            return None
+        if newest is None or state["config-epoch"] > newest[0]:
+            newest = (state["config-epoch"], (state["ip"], int(state["port"])))
+    return None if newest is None else newest[1]
 
 
 def _sentinel_pool(client: QueueRedis) -> Any:

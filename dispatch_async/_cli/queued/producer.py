@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import zlib
 from collections.abc import Iterator
@@ -28,8 +29,11 @@ from .chunks import (
     job_keys,
     script,
 )
+from .durable import primary_id, write_durably
 
 __all__ = ["Produced", "enqueue"]
+
+log = logging.getLogger("dispatch_async")
 
 
 @attrs.frozen
@@ -60,12 +64,15 @@ async def enqueue(
     nothing that is already there: a done chunk is left alone, and so is a chunk whose
     entry is still in the stream; a pending or in-flight chunk without one (its entry
     was released without a record, e.g. its rows were lost) is enqueued again (a chunk
-    found in flight is never sent again, only recorded maybe_sent).
+    found in flight is never sent again, only recorded maybe_sent). A failover while it
+    runs (the primary's run id changed) makes it run once more: what the old primary took
+    meanwhile may be gone.
 
     Raises:
         Problem: the input cannot be read, or the job exists with other settings or input.
     """
     keys = job_keys(redis, check_prefix(key_prefix), check_job_id(job))
+    primary = await primary_id(redis)
     settings = {
         "target": orjson.dumps(attrs.asdict(target)),
         "account": account or "",
@@ -87,10 +94,29 @@ async def enqueue(
             chunks += 1
     finally:
         rows.close()
-    await script(redis, _COUNTED)(
+    await write_durably(
+        redis,
+        script(redis, _COUNTED),
         keys=[keys.meta, keys.state, keys.digest, keys.owner, keys.entry, keys.queued],
         args=[chunks, lines, ttl],
     )
+    if await primary_id(redis) != primary:
+        # What the old primary took after the failover is gone with it (workers would
+        # never see those chunks, and the waiting producer would wait for them): store
+        # and enqueue again what the new one lacks.
+        log.warning(
+            "the queue's Redis failed over while job %s was enqueued: enqueuing it again", job
+        )
+        return await enqueue(
+            redis,
+            job=job,
+            target=target,
+            account=account,
+            input_spec=input_spec,
+            chunk_size=chunk_size,
+            key_prefix=key_prefix,
+            ttl=ttl,
+        )
     return Produced(keys.job, chunks, lines, enqueued, known)
 
 
