@@ -94,5 +94,11 @@ grep -qs "'WHEEL_PKG_DIR': '$folder/" "$folder"/usr/lib/python3.14/_sysconfigdat
 rm -f "$folder/usr/bin/openssl" "$folder/usr/bin/patchelf"
 "$python" -c 'import ssl, sqlite3, venv, ensurepip' >>"$log" 2>&1 \
   || fail "the provisioned python3.14 does not start: $(tail -n 1 "$log")"
+# The standard library compiled to bytecode, as Debian's installation would (py3compile,
+# which dpkg-deb -x does not run): where PYTHONDONTWRITEBYTECODE is set, every process
+# otherwise compiles each module of it that it imports again, and each one a test starts
+# took twice as long (measured: 1.40 s against 0.68 s for `dispatch-async --version`).
+"$python" -m compileall -q -j 0 "$folder/usr/lib/python3.14" >>"$log" 2>&1 \
+  || fail "python3.14 could not compile its standard library: $(tail -n 1 "$log")"
 rm -rf "$folder/debs" "$folder/apt/cache"
 echo "provision_python314: $("$python" -VV | head -n 1) in $folder/usr/bin" >&2
