@@ -8,6 +8,9 @@ connections made before, and drops them once the sentinels make it a replica.
 from __future__ import annotations
 
 import asyncio
+import logging
+import signal
+import subprocess
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import cast
 
 import attrs
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError
 
 from dispatch_async._cli.job.spec import InputSpec, Target
@@ -33,7 +37,7 @@ from dispatch_async._cli.queued.worker import Worker
 from dispatch_async._cli.reading.rows import Row, Rows
 from tests.fleet.test_queue import CHUNK, LINES, worker_config, write_input
 from tests.fleet.test_queue_wakeups import documented_queue_acl
-from tools.redis_topologies import SentinelSet, cli, wait_for
+from tools.redis_topologies import SentinelSet, Servers, cli, free_ports, wait_for
 
 
 async def _job(redis: QueueRedis, keys: JobKeys, chunks: int) -> None:
@@ -209,3 +213,144 @@ class TestOnAPrimaryWithAReplica:
             assert await redis.hget(keys.state, "0") == PENDING
         finally:
             await disconnect(redis)
+
+    async def test_a_sentinel_that_does_not_answer_is_passed_over(
+        self, redis_sentinels: SentinelSet, prefix: str
+    ) -> None:
+        (dead,) = free_ports(1)
+        url = redis_sentinels.url.replace("//", f"//127.0.0.1:{dead},", 1)
+        keys = JobKeys(prefix, "dead")
+        redis = await connect(url)
+        try:
+            await _job(redis, keys, 1)
+            assert (await claim(redis, keys, 0, "1@w:1", b"1-0")).state == PENDING
+        finally:
+            await disconnect(redis)
+        primary, _ = redis_sentinels.settled()
+        assert cli(primary, "hget", keys.state, "0").strip() == "in_flight"
+
+    async def test_a_sentinel_that_hangs_is_passed_over(
+        self, redis_sentinels: SentinelSet, prefix: str
+    ) -> None:
+        async def say_nothing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await reader.read()  # reads what it is sent until closed, never answers
+            finally:
+                writer.close()
+
+        silent = await asyncio.start_server(say_nothing, "127.0.0.1", 0)
+        port = silent.sockets[0].getsockname()[1]
+        keys = JobKeys(prefix, "hung")
+        redis = await connect(
+            redis_sentinels.url.replace("/mymaster", f",127.0.0.1:{port}/mymaster")
+        )
+        try:
+            await _job(redis, keys, 1)
+            async with asyncio.timeout(10):  # it asked the silent one for 30 s, 11 times
+                assert (await claim(redis, keys, 0, "1@w:1", b"1-0")).state == PENDING
+        finally:
+            await disconnect(redis)
+            silent.close()
+            await silent.wait_closed()
+
+
+@attrs.frozen
+class Pair:
+    """A primary and its replica (no Sentinel), on 127.0.0.1."""
+
+    primary: int
+    replica: subprocess.Popen[bytes]
+    primary_process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.primary}/0"
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    servers = Servers(tmp_path)
+    primary, replica = free_ports(2)
+    common = ("--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+    try:
+        servers.start("primary", *common, "--port", str(primary))
+        servers.start(
+            "replica", *common, "--port", str(replica), "--replicaof", "127.0.0.1", str(primary)
+        )
+        wait_for("the replica online", lambda: "state=online" in cli(primary, "info"))
+        yield Pair(primary, servers.processes[1], servers.processes[0])
+    finally:
+        for process in servers.processes:
+            process.send_signal(signal.SIGCONT)
+        servers.stop()
+
+
+class TestOnAPrimaryAndItsReplica:
+    async def test_a_write_no_replica_confirms_goes_on_after_five_tries_with_a_warning(
+        self, pair: Pair, prefix: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        keys = JobKeys(prefix, "stopped")
+        redis = await connect(pair.url)
+        try:
+            await _job(redis, keys, 2)
+            await claim(redis, keys, 0, "1@w:1", b"1-0")  # confirmed: the replica runs
+            pair.replica.send_signal(signal.SIGSTOP)
+            with caplog.at_level(logging.INFO, logger="dispatch_async"):
+                claimed = await claim(redis, keys, 1, "2@w:1", b"1-1")
+        finally:
+            pair.replica.send_signal(signal.SIGCONT)
+            await disconnect(redis)
+        assert claimed.state == PENDING
+        assert cli(pair.primary, "hget", keys.owner, "1").strip() == "2@w:1"
+        messages = [r.getMessage() for r in caplog.records]
+        assert (
+            messages.count(
+                "a write to the queue's Redis was not confirmed by its replicas: looking again"
+            )
+            == 5
+        )
+        assert any("no replica of the queue's Redis confirmed a write" in m for m in messages)
+
+    async def test_a_script_the_primary_lost_is_loaded_again(self, pair: Pair, prefix: str) -> None:
+        keys = JobKeys(prefix, "flushed")
+        redis = await connect(pair.url)
+        try:
+            await _job(redis, keys, 2)
+            await claim(redis, keys, 0, "1@w:1", b"1-0")
+            cli(pair.primary, "script", "flush")
+            assert (await claim(redis, keys, 1, "2@w:1", b"1-1")).state == PENDING
+        finally:
+            await disconnect(redis)
+        assert cli(pair.primary, "hget", keys.state, "1").strip() == "in_flight"
+
+    async def test_a_primary_gone_mid_write_raises_its_error(self, pair: Pair, prefix: str) -> None:
+        keys = JobKeys(prefix, "gone")
+        redis = await connect(pair.url)
+        try:
+            await _job(redis, keys, 2)
+            await claim(redis, keys, 0, "1@w:1", b"1-0")
+            pair.primary_process.terminate()
+            pair.primary_process.wait(10)
+            with pytest.raises(RedisConnectionError):
+                await claim(redis, keys, 1, "2@w:1", b"1-1")
+        finally:
+            await disconnect(redis)
+
+    async def test_a_replica_gone_costs_one_unconfirmed_write_not_every_one(
+        self, pair: Pair, prefix: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        keys = JobKeys(prefix, "replica-gone")
+        redis = await connect(pair.url)
+        try:
+            await _job(redis, keys, 3)
+            await claim(redis, keys, 0, "1@w:1", b"1-0")
+            pair.replica.terminate()
+            pair.replica.wait(10)
+            with caplog.at_level(logging.INFO, logger="dispatch_async"):
+                for index in (1, 2):
+                    await claim(redis, keys, index, f"{index + 1}@w:1", f"1-{index}".encode())
+        finally:
+            await disconnect(redis)
+        unconfirmed = [r for r in caplog.records if "was not confirmed" in r.getMessage()]
+        assert len(unconfirmed) == 1
+        assert cli(pair.primary, "hget", keys.state, "2").strip() == "in_flight"

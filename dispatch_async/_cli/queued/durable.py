@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Sequence
-from typing import Any, Final
+from collections.abc import Coroutine, Sequence
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -33,6 +33,8 @@ from .link import QueueRedis
 __all__ = ["Written", "primary_id", "write_durably"]
 
 log = logging.getLogger("dispatch_async")
+
+T = TypeVar("T")
 
 #: Milliseconds a write waits for a replica to confirm it (a healthy link takes one).
 WAIT_MS: Final = 1000
@@ -44,6 +46,11 @@ _LOOK_EVERY: Final = 10.0
 #: Seconds the sentinels may disagree on the primary (a failover only some of them have
 #: heard of) before the one redis-py asks is believed.
 _AGREE_WITHIN: Final = 5.0
+#: Seconds a sentinel has to answer when all are asked (one that hangs is passed over).
+_SENTINEL_ANSWER: Final = 1.0
+#: Seconds a write may take in all, tries, looks and waits for the sentinels included:
+#: then it fails as Redis failing does (a chunk's entry is left, and taken over).
+WRITE_WITHIN: Final = 20.0
 
 
 @attrs.frozen
@@ -78,10 +85,16 @@ async def write_durably(
     The script must be safe to run twice by the same writer (a retry after a lost reply);
     the reply kept is the first one from the server that has the write.
     """
-    from redis import exceptions
-
     if _is_cluster(redis):
         return Written(await script(keys=keys, args=args))
+    return await _within(_write(redis, script, keys, args))
+
+
+async def _write(
+    redis: QueueRedis, script: Any, keys: Sequence[str], args: Sequence[Any]
+) -> Written:
+    from redis import exceptions
+
     server = _SERVERS.get(redis)
     if server is None or asyncio.get_running_loop().time() - server.seen > _LOOK_EVERY:
         server = await _look(redis)
@@ -105,12 +118,6 @@ async def write_durably(
         if server.run_id != before.run_id:
             log.warning("the queue's Redis failed over: writing again on the new primary")
             moved, kept = True, None
-        elif _sentinel_pool(redis) is not None and confirmed >= 0:
-            # The same primary, maybe without its replica: the sentinels asked may not
-            # know yet of the failover that took it. Go on waiting for a replica.
-            server = _SERVERS[redis] = attrs.evolve(
-                server, replicas=max(server.replicas, before.replicas)
-            )
     log.warning(
         "no replica of the queue's Redis confirmed a write within %.0f s: going on; a "
         "failover now could lose it",
@@ -125,7 +132,20 @@ async def primary_id(redis: QueueRedis) -> bytes | str | None:
     """The run id of the primary *redis* reaches now (behind Sentinel, the one the
     sentinels name); None on a Cluster. Two that differ mean a failover (or a restart)
     in between: writes made meanwhile may be gone."""
-    return None if _is_cluster(redis) else (await _look(redis)).run_id
+    return None if _is_cluster(redis) else (await _within(_look(redis))).run_id
+
+
+async def _within(call: Coroutine[Any, Any, T]) -> T:
+    """*call*'s result, or redis-py's ``TimeoutError`` after ``WRITE_WITHIN`` seconds."""
+    from redis import exceptions
+
+    try:
+        async with asyncio.timeout(WRITE_WITHIN):
+            return await call
+    except TimeoutError:
+        raise exceptions.TimeoutError(
+            f"the queue's Redis did not take a write within {WRITE_WITHIN:.0f} s"
+        ) from None
 
 
 async def _write_and_wait(
@@ -157,8 +177,8 @@ async def _look(redis: QueueRedis) -> _Server:
 
     Behind Sentinel the sentinels are asked for the primary first (`_ask_sentinels`): if
     it changed, the client drops its idle connections, and this looks at the new
-    primary, not at the old one that still answers. ``WAIT 0 0`` checks that the user
-    may wait (before any write that would then go unconfirmed).
+    primary, not at the old one that still answers. On a primary, ``WAIT 0 0`` checks
+    that the user may wait (before any write that would then go unconfirmed).
     """
     pool = _sentinel_pool(redis)
     if pool is not None:
@@ -166,8 +186,9 @@ async def _look(redis: QueueRedis) -> _Server:
     async with redis.pipeline(transaction=False) as pipe:
         pipe.info("server")
         pipe.info("replication")
-        pipe.wait(0, 0)
-        found, replication, _ = await pipe.execute()
+        found, replication = await pipe.execute()
+    if replication.get("role") == "master":  # a replica refuses WAIT; a write, READONLY
+        await redis.wait(0, 0)
     online = sum(
         1
         for name, replica in replication.items()
@@ -200,22 +221,23 @@ async def _ask_sentinels(pool: Any) -> None:
 
 async def _newest_primary(pool: Any) -> tuple[str, int] | None:
     """The primary named with the highest configuration epoch by the sentinels that
-    answer; None while one of them is failing it over."""
+    answer within ``_SENTINEL_ANSWER`` (all asked at once); None while one of them is
+    failing it over, or if none answers."""
     from redis import exceptions
 
-    newest: tuple[int, tuple[str, int]] | None = None
-    for sentinel in pool.sentinel_manager.sentinels:
+    async def state_of(sentinel: Any) -> Any:
         try:
-            state = (await sentinel.sentinel_masters()).get(pool.service_name)
-        except (exceptions.ConnectionError, exceptions.TimeoutError, OSError):
-            continue
-        if not state:
-            continue
-        if "failover_in_progress" in state["flags"]:
+            async with asyncio.timeout(_SENTINEL_ANSWER):
+                return (await sentinel.sentinel_masters()).get(pool.service_name)
+        except (TimeoutError, exceptions.ConnectionError, exceptions.TimeoutError, OSError):
             return None
-        if newest is None or state["config-epoch"] > newest[0]:
-            newest = (state["config-epoch"], (state["ip"], int(state["port"])))
-    return None if newest is None else newest[1]
+
+    states = await asyncio.gather(*map(state_of, pool.sentinel_manager.sentinels))
+    known = [state for state in states if state]
+    if not known or any("failover_in_progress" in state["flags"] for state in known):
+        return None
+    newest = max(known, key=lambda state: state["config-epoch"])
+    return newest["ip"], int(newest["port"])
 
 
 def _sentinel_pool(client: QueueRedis) -> Any:

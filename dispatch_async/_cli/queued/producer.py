@@ -35,6 +35,9 @@ __all__ = ["Produced", "enqueue"]
 
 log = logging.getLogger("dispatch_async")
 
+#: Runs of the producer over the input while Redis fails over under it, at most.
+_RUNS = 3
+
 
 @attrs.frozen
 class Produced:
@@ -69,15 +72,40 @@ async def enqueue(
     meanwhile may be gone.
 
     Raises:
-        Problem: the input cannot be read, or the job exists with other settings or input.
+        Problem: the input cannot be read, the job exists with other settings or input,
+            or Redis failed over during each of three runs.
     """
     keys = job_keys(redis, check_prefix(key_prefix), check_job_id(job))
-    primary = await primary_id(redis)
     settings = {
         "target": orjson.dumps(attrs.asdict(target)),
         "account": account or "",
         "chunk_size": str(chunk_size),
     }
+    for _ in range(_RUNS):
+        primary = await primary_id(redis)
+        produced = await _enqueue_once(redis, keys, settings, input_spec, chunk_size, ttl)
+        if await primary_id(redis) == primary:
+            return produced
+        # What the old primary took after the failover is gone with it (workers would
+        # never see those chunks, and the waiting producer would wait for them): store
+        # and enqueue again what the new one lacks.
+        log.warning(
+            "the queue's Redis failed over while job %s was enqueued: enqueuing it again", job
+        )
+    raise Problem(
+        f"the queue's Redis failed over (or restarted) while job {job!r} was enqueued, "
+        f"{_RUNS} times: run the same command again once it is steady"
+    )
+
+
+async def _enqueue_once(
+    redis: QueueRedis,
+    keys: JobKeys,
+    settings: dict[str, Any],
+    input_spec: InputSpec,
+    chunk_size: int,
+    ttl: int,
+) -> Produced:
     await _claim_job(redis, keys, settings, ttl)
     await ensure_group(redis, keys.stream)
     rows = input_spec.open()
@@ -100,23 +128,6 @@ async def enqueue(
         keys=[keys.meta, keys.state, keys.digest, keys.owner, keys.entry, keys.queued],
         args=[chunks, lines, ttl],
     )
-    if await primary_id(redis) != primary:
-        # What the old primary took after the failover is gone with it (workers would
-        # never see those chunks, and the waiting producer would wait for them): store
-        # and enqueue again what the new one lacks.
-        log.warning(
-            "the queue's Redis failed over while job %s was enqueued: enqueuing it again", job
-        )
-        return await enqueue(
-            redis,
-            job=job,
-            target=target,
-            account=account,
-            input_spec=input_spec,
-            chunk_size=chunk_size,
-            key_prefix=key_prefix,
-            ttl=ttl,
-        )
     return Produced(keys.job, chunks, lines, enqueued, known)
 
 

@@ -193,8 +193,8 @@ class Worker:
         target = Target(**orjson.loads(claimed.target))
         try:
             # Only the sending is cut at the job timeout: claiming and recording are
-            # bounded by their own waits (`write_durably`, the socket timeout), and a
-            # chunk sent is recorded as sent however long Redis takes to have it.
+            # bounded apart (`write_durably`, 20 s), so a chunk sent is recorded as
+            # sent even when Redis takes a failover's seconds to have it.
             async with asyncio.timeout(self.config.job_timeout):
                 records, sent = await self._send(target, claimed.account, rows)
         except BaseException:
