@@ -25,6 +25,7 @@ from dispatch_async._cli.job.spec import InputSpec, Target
 from dispatch_async._cli.queued.chunks import (
     IN_FLIGHT,
     PENDING,
+    Claimed,
     JobKeys,
     QueueRedis,
     claim,
@@ -46,6 +47,25 @@ async def _job(redis: QueueRedis, keys: JobKeys, chunks: int) -> None:
     for index in range(chunks):
         await redis.hset(keys.state, str(index), PENDING)
         await redis.set(keys.rows(index), b"[]")
+
+
+def guide_acl(prefix: str, *left_out: str) -> list[str]:
+    """The fleet guide's ACL rules for *prefix* (password ``s3cret``), less *left_out*."""
+    return [
+        word.replace("acme-dispatch:", prefix).replace("PASSWORD", "s3cret")
+        for word in documented_queue_acl()[1:]
+        if word not in left_out
+    ]
+
+
+async def claim_first_chunk(url: str, keys: JobKeys) -> Claimed:
+    """A job of one chunk, claimed through *url*."""
+    redis = await connect(url)
+    try:
+        await _job(redis, keys, 1)
+        return await claim(redis, keys, 0, "1@w:1", b"1-0")
+    finally:
+        await disconnect(redis)
 
 
 class TestClaimingTwice:
@@ -181,12 +201,8 @@ class TestOnAPrimaryWithAReplica:
     async def test_the_guides_acl_is_enough_and_the_replica_has_the_records(
         self, redis_sentinels: SentinelSet, prefix: str
     ) -> None:
-        rules = [
-            w.replace("acme-dispatch:", prefix).replace("PASSWORD", "s3cret")
-            for w in documented_queue_acl()[1:]
-        ]
         keys = JobKeys(prefix, "acl")
-        redis = await connect(self.user(redis_sentinels, prefix, *rules))
+        redis = await connect(self.user(redis_sentinels, prefix, *guide_acl(prefix)))
         try:
             await _job(redis, keys, 1)
             assert (await claim(redis, keys, 0, "1@w:1", b"1-0")).state == PENDING
@@ -199,20 +215,12 @@ class TestOnAPrimaryWithAReplica:
     async def test_a_user_who_may_not_wait_is_refused_before_anything_is_written(
         self, redis_sentinels: SentinelSet, prefix: str
     ) -> None:
-        rules = [
-            w.replace("acme-dispatch:", prefix).replace("PASSWORD", "s3cret")
-            for w in documented_queue_acl()[1:]
-            if w != "+wait"
-        ]
         keys = JobKeys(prefix, "nowait")
-        redis = await connect(self.user(redis_sentinels, prefix, *rules))
-        try:
-            await _job(redis, keys, 1)
-            with pytest.raises(NoPermissionError, match="wait"):
-                await claim(redis, keys, 0, "1@w:1", b"1-0")
-            assert await redis.hget(keys.state, "0") == PENDING
-        finally:
-            await disconnect(redis)
+        url = self.user(redis_sentinels, prefix, *guide_acl(prefix, "+wait"))
+        with pytest.raises(NoPermissionError, match="wait"):
+            await claim_first_chunk(url, keys)
+        primary, _ = redis_sentinels.settled()
+        assert cli(primary, "hget", keys.state, "0").strip() == "pending"
 
     async def test_a_sentinel_that_does_not_answer_is_passed_over(
         self, redis_sentinels: SentinelSet, prefix: str
@@ -220,12 +228,7 @@ class TestOnAPrimaryWithAReplica:
         (dead,) = free_ports(1)
         url = redis_sentinels.url.replace("//", f"//127.0.0.1:{dead},", 1)
         keys = JobKeys(prefix, "dead")
-        redis = await connect(url)
-        try:
-            await _job(redis, keys, 1)
-            assert (await claim(redis, keys, 0, "1@w:1", b"1-0")).state == PENDING
-        finally:
-            await disconnect(redis)
+        assert (await claim_first_chunk(url, keys)).state == PENDING
         primary, _ = redis_sentinels.settled()
         assert cli(primary, "hget", keys.state, "0").strip() == "in_flight"
 
@@ -240,18 +243,14 @@ class TestOnAPrimaryWithAReplica:
 
         silent = await asyncio.start_server(say_nothing, "127.0.0.1", 0)
         port = silent.sockets[0].getsockname()[1]
-        keys = JobKeys(prefix, "hung")
-        redis = await connect(
-            redis_sentinels.url.replace("/mymaster", f",127.0.0.1:{port}/mymaster")
-        )
+        url = redis_sentinels.url.replace("/mymaster", f",127.0.0.1:{port}/mymaster")
         try:
-            await _job(redis, keys, 1)
             async with asyncio.timeout(10):  # it asked the silent one for 30 s, 11 times
-                assert (await claim(redis, keys, 0, "1@w:1", b"1-0")).state == PENDING
+                claimed = await claim_first_chunk(url, JobKeys(prefix, "hung"))
         finally:
-            await disconnect(redis)
             silent.close()
             await silent.wait_closed()
+        assert claimed.state == PENDING
 
 
 @attrs.frozen
@@ -285,72 +284,70 @@ def pair(tmp_path: Path) -> Iterator[Pair]:
         servers.stop()
 
 
+@pytest.fixture
+async def first_claimed(pair: Pair, prefix: str) -> AsyncIterator[tuple[QueueRedis, JobKeys]]:
+    """A client of *pair*, a job of three chunks, and its first chunk claimed (confirmed:
+    the replica is up)."""
+    keys = JobKeys(prefix, "pair")
+    redis = await connect(pair.url)
+    try:
+        await _job(redis, keys, 3)
+        await claim(redis, keys, 0, "1@w:1", b"1-0")
+        yield redis, keys
+    finally:
+        await disconnect(redis)
+
+
 class TestOnAPrimaryAndItsReplica:
     async def test_a_write_no_replica_confirms_goes_on_after_five_tries_with_a_warning(
-        self, pair: Pair, prefix: str, caplog: pytest.LogCaptureFixture
+        self,
+        pair: Pair,
+        first_claimed: tuple[QueueRedis, JobKeys],
+        caplog: pytest.LogCaptureFixture,
     ) -> None:
-        keys = JobKeys(prefix, "stopped")
-        redis = await connect(pair.url)
+        redis, keys = first_claimed
+        pair.replica.send_signal(signal.SIGSTOP)
         try:
-            await _job(redis, keys, 2)
-            await claim(redis, keys, 0, "1@w:1", b"1-0")  # confirmed: the replica runs
-            pair.replica.send_signal(signal.SIGSTOP)
             with caplog.at_level(logging.INFO, logger="dispatch_async"):
                 claimed = await claim(redis, keys, 1, "2@w:1", b"1-1")
         finally:
             pair.replica.send_signal(signal.SIGCONT)
-            await disconnect(redis)
         assert claimed.state == PENDING
         assert cli(pair.primary, "hget", keys.owner, "1").strip() == "2@w:1"
         messages = [r.getMessage() for r in caplog.records]
-        assert (
-            messages.count(
-                "a write to the queue's Redis was not confirmed by its replicas: looking again"
-            )
-            == 5
-        )
+        unconfirmed = [m for m in messages if "was not confirmed by its replicas" in m]
+        assert len(unconfirmed) == 5
         assert any("no replica of the queue's Redis confirmed a write" in m for m in messages)
 
-    async def test_a_script_the_primary_lost_is_loaded_again(self, pair: Pair, prefix: str) -> None:
-        keys = JobKeys(prefix, "flushed")
-        redis = await connect(pair.url)
-        try:
-            await _job(redis, keys, 2)
-            await claim(redis, keys, 0, "1@w:1", b"1-0")
-            cli(pair.primary, "script", "flush")
-            assert (await claim(redis, keys, 1, "2@w:1", b"1-1")).state == PENDING
-        finally:
-            await disconnect(redis)
-        assert cli(pair.primary, "hget", keys.state, "1").strip() == "in_flight"
-
-    async def test_a_primary_gone_mid_write_raises_its_error(self, pair: Pair, prefix: str) -> None:
-        keys = JobKeys(prefix, "gone")
-        redis = await connect(pair.url)
-        try:
-            await _job(redis, keys, 2)
-            await claim(redis, keys, 0, "1@w:1", b"1-0")
-            pair.primary_process.terminate()
-            pair.primary_process.wait(10)
-            with pytest.raises(RedisConnectionError):
-                await claim(redis, keys, 1, "2@w:1", b"1-1")
-        finally:
-            await disconnect(redis)
-
     async def test_a_replica_gone_costs_one_unconfirmed_write_not_every_one(
-        self, pair: Pair, prefix: str, caplog: pytest.LogCaptureFixture
+        self,
+        pair: Pair,
+        first_claimed: tuple[QueueRedis, JobKeys],
+        caplog: pytest.LogCaptureFixture,
     ) -> None:
-        keys = JobKeys(prefix, "replica-gone")
-        redis = await connect(pair.url)
-        try:
-            await _job(redis, keys, 3)
-            await claim(redis, keys, 0, "1@w:1", b"1-0")
-            pair.replica.terminate()
-            pair.replica.wait(10)
-            with caplog.at_level(logging.INFO, logger="dispatch_async"):
-                for index in (1, 2):
-                    await claim(redis, keys, index, f"{index + 1}@w:1", f"1-{index}".encode())
-        finally:
-            await disconnect(redis)
+        redis, keys = first_claimed
+        pair.replica.terminate()
+        pair.replica.wait(10)
+        with caplog.at_level(logging.INFO, logger="dispatch_async"):
+            for index in (1, 2):
+                await claim(redis, keys, index, f"{index + 1}@w:1", f"1-{index}".encode())
         unconfirmed = [r for r in caplog.records if "was not confirmed" in r.getMessage()]
         assert len(unconfirmed) == 1
         assert cli(pair.primary, "hget", keys.state, "2").strip() == "in_flight"
+
+    async def test_a_script_the_primary_lost_is_loaded_again(
+        self, pair: Pair, first_claimed: tuple[QueueRedis, JobKeys]
+    ) -> None:
+        redis, keys = first_claimed
+        cli(pair.primary, "script", "flush")
+        assert (await claim(redis, keys, 1, "2@w:1", b"1-1")).state == PENDING
+        assert cli(pair.primary, "hget", keys.state, "1").strip() == "in_flight"
+
+    async def test_a_primary_gone_mid_write_raises_its_error(
+        self, pair: Pair, first_claimed: tuple[QueueRedis, JobKeys]
+    ) -> None:
+        redis, keys = first_claimed
+        pair.primary_process.terminate()
+        pair.primary_process.wait(10)
+        with pytest.raises(RedisConnectionError):
+            await claim(redis, keys, 1, "2@w:1", b"1-1")
