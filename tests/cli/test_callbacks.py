@@ -651,9 +651,12 @@ class TestReconcileAfterAKill:
         await asyncio.to_thread(
             source.write_text, "number\n" + "".join(f"{n[3:]}\n" for n in numbers(9))
         )
+        # Each answer takes 0.5 s: answered at once, the last chunks were sent before the
+        # first one's records were seen and requests held, and the run ended unkilled.
+        plan = CallbackPlan(read=0.0)
         async with (
             receiver_process(store) as receiver,
-            FakeDispatchServer(client_secret=SECRET, callbacks=CallbackPlan(read=0.0)) as server,
+            FakeDispatchServer(client_secret=SECRET, callbacks=plan, latency=0.5) as server,
         ):
             env = {
                 **{k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")},
