@@ -20,8 +20,10 @@ import attrs
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dispatch_async._cli.job.spec import InputSpec, Target
+from dispatch_async._cli.queued import durable
 from dispatch_async._cli.queued.chunks import (
     IN_FLIGHT,
     PENDING,
@@ -315,7 +317,7 @@ class TestOnAPrimaryAndItsReplica:
         assert claimed.state == PENDING
         assert cli(pair.primary, "hget", keys.owner, "1").strip() == "2@w:1"
         messages = [r.getMessage() for r in caplog.records]
-        unconfirmed = [m for m in messages if "was not confirmed by its replicas" in m]
+        unconfirmed = [m for m in messages if m.endswith("was not confirmed by its replicas")]
         assert len(unconfirmed) == 5
         assert any("no replica of the queue's Redis confirmed a write" in m for m in messages)
 
@@ -351,3 +353,18 @@ class TestOnAPrimaryAndItsReplica:
         pair.primary_process.wait(10)
         with pytest.raises(RedisConnectionError):
             await claim(redis, keys, 1, "2@w:1", b"1-1")
+
+    async def test_a_primary_that_hangs_fails_the_write_at_its_bound(
+        self,
+        pair: Pair,
+        first_claimed: tuple[QueueRedis, JobKeys],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        redis, keys = first_claimed
+        monkeypatch.setattr(durable, "WRITE_WITHIN", 0.5)  # 20 s, else
+        pair.primary_process.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(RedisTimeoutError, match=r"did not take a write within 0 s"):
+                await claim(redis, keys, 1, "2@w:1", b"1-1")
+        finally:
+            pair.primary_process.send_signal(signal.SIGCONT)

@@ -100,31 +100,32 @@ async def _write(
         server = await _look(redis)
     moved = False
     kept: Any = None
-    for _ in range(_TRIES):
+    for attempt in range(_TRIES):
+        if attempt:  # the last try was not confirmed, or was cut: look again first
+            await redis.connection_pool.disconnect(inuse_connections=False)
+            before, server = server, await _look(redis)
+            if server.run_id != before.run_id:
+                log.warning("the queue's Redis failed over: writing again on the new primary")
+                moved, kept = True, None
         if not server.replicas:
             reply = await script(keys=keys, args=args)
             return Written(reply if kept is None else kept, moved)
         try:
             reply, confirmed = await _write_and_wait(redis, script, keys, args, server.replicas)
         except (exceptions.ConnectionError, exceptions.TimeoutError, OSError):
-            confirmed = -1  # cut (an old primary demoted closes its clients): look again
-        else:
-            kept = reply if kept is None else kept
-            if confirmed >= server.replicas:
-                return Written(kept, moved)
-        log.info("a write to the queue's Redis was not confirmed by its replicas: looking again")
-        await redis.connection_pool.disconnect(inuse_connections=False)
-        before, server = server, await _look(redis)
-        if server.run_id != before.run_id:
-            log.warning("the queue's Redis failed over: writing again on the new primary")
-            moved, kept = True, None
+            if attempt == _TRIES - 1:
+                raise
+            log.info("a write to the queue's Redis was cut (an old primary demoted closes them)")
+            continue
+        kept = reply if kept is None else kept
+        if confirmed >= server.replicas:
+            return Written(kept, moved)
+        log.info("a write to the queue's Redis was not confirmed by its replicas")
     log.warning(
         "no replica of the queue's Redis confirmed a write within %.0f s: going on; a "
         "failover now could lose it",
         _TRIES * WAIT_MS / 1000,
     )
-    if kept is None:  # every try was cut: the last one decides
-        kept = await script(keys=keys, args=args)
     return Written(kept, moved)
 
 
@@ -155,21 +156,20 @@ async def _write_and_wait(
     and ``WAIT`` pipelined on one connection; the script loaded first if Redis lacks it)."""
     from redis import exceptions
 
-    for loaded in (False, True):
+    async def send() -> tuple[Any, int]:
         async with redis.pipeline(transaction=False) as pipe:
             # EVALSHA itself, not the script object: that one makes the pipeline ask
             # SCRIPT EXISTS first, a round trip more and a command the ACL need not allow.
             pipe.evalsha(script.sha, len(keys), *keys, *args)
             pipe.wait(replicas, WAIT_MS)
-            reply, confirmed = await pipe.execute(raise_on_error=False)
-        if isinstance(reply, exceptions.NoScriptError) and not loaded:
-            await redis.script_load(script.script)  # a new primary: the script ran not
-            continue
-        for answer in (reply, confirmed):
-            if isinstance(answer, Exception):
-                raise answer
-        break
-    return reply, int(confirmed)
+            reply, confirmed = await pipe.execute()
+        return reply, int(confirmed)
+
+    try:
+        return await send()
+    except exceptions.NoScriptError:  # a new primary: the script did not run
+        await redis.script_load(script.script)
+        return await send()
 
 
 async def _look(redis: QueueRedis) -> _Server:
