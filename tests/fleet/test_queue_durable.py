@@ -100,6 +100,73 @@ class TestClaimingTwice:
         assert await redis.hget(keys.owner, "0") == b"1@host:7"
 
 
+class TestOnAPrimaryWithAReplica:
+    """The Sentinel set's primary, given by its own URL as a user of the guide's ACL
+    (before the failovers below: no wait for the set to settle)."""
+
+    @staticmethod
+    def user(sentinels: SentinelSet, prefix: str, *rules: str) -> str:
+        primary, _ = sentinels.settled()
+        wait_for("the replica online", lambda: "state=online" in cli(primary, "info"))
+        name = f"fleet-{prefix.rstrip(':')}"
+        cli(primary, "acl", "setuser", name, "reset", *rules)
+        return f"redis://{name}:s3cret@127.0.0.1:{primary}/0"
+
+    async def test_the_guides_acl_is_enough_and_the_replica_has_the_records(
+        self, redis_sentinels: SentinelSet, prefix: str
+    ) -> None:
+        keys = JobKeys(prefix, "acl")
+        redis = await connect(self.user(redis_sentinels, prefix, *guide_acl(prefix)))
+        try:
+            await _job(redis, keys, 1)
+            assert (await claim(redis, keys, 0, "1@w:1", b"1-0")).state == PENDING
+            assert await finish(redis, keys, 0, [b'{"line":2}'], None, 60)
+        finally:
+            await disconnect(redis)
+        _, replica = redis_sentinels.settled()
+        assert cli(replica, "hget", keys.state, "0").strip() == "done"
+
+    async def test_a_user_who_may_not_wait_is_refused_before_anything_is_written(
+        self, redis_sentinels: SentinelSet, prefix: str
+    ) -> None:
+        keys = JobKeys(prefix, "nowait")
+        url = self.user(redis_sentinels, prefix, *guide_acl(prefix, "+wait"))
+        with pytest.raises(NoPermissionError, match="wait"):
+            await claim_first_chunk(url, keys)
+        primary, _ = redis_sentinels.settled()
+        assert cli(primary, "hget", keys.state, "0").strip() == "pending"
+
+    async def test_a_sentinel_that_does_not_answer_is_passed_over(
+        self, redis_sentinels: SentinelSet, prefix: str
+    ) -> None:
+        (dead,) = free_ports(1)
+        url = redis_sentinels.url.replace("//", f"//127.0.0.1:{dead},", 1)
+        keys = JobKeys(prefix, "dead")
+        assert (await claim_first_chunk(url, keys)).state == PENDING
+        primary, _ = redis_sentinels.settled()
+        assert cli(primary, "hget", keys.state, "0").strip() == "in_flight"
+
+    async def test_a_sentinel_that_hangs_is_passed_over(
+        self, redis_sentinels: SentinelSet, prefix: str
+    ) -> None:
+        async def say_nothing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await reader.read()  # reads what it is sent until closed, never answers
+            finally:
+                writer.close()
+
+        silent = await asyncio.start_server(say_nothing, "127.0.0.1", 0)
+        port = silent.sockets[0].getsockname()[1]
+        url = redis_sentinels.url.replace("/mymaster", f",127.0.0.1:{port}/mymaster")
+        try:
+            async with asyncio.timeout(10):  # it asked the silent one for 30 s, 11 times
+                claimed = await claim_first_chunk(url, JobKeys(prefix, "hung"))
+        finally:
+            silent.close()
+            await silent.wait_closed()
+        assert claimed.state == PENDING
+
+
 class TestAfterASentinelFailover:
     async def test_claims_and_records_written_after_it_are_on_the_new_primary(
         self, redis_sentinels: SentinelSet, prefix: str
@@ -187,72 +254,6 @@ class _ThenFailOver:
 
     def close(self) -> None:
         self.rows.close()
-
-
-class TestOnAPrimaryWithAReplica:
-    """The Sentinel set's primary, given by its own URL as a user of the guide's ACL."""
-
-    @staticmethod
-    def user(sentinels: SentinelSet, prefix: str, *rules: str) -> str:
-        primary, _ = sentinels.settled()
-        wait_for("the replica online", lambda: "state=online" in cli(primary, "info"))
-        name = f"fleet-{prefix.rstrip(':')}"
-        cli(primary, "acl", "setuser", name, "reset", *rules)
-        return f"redis://{name}:s3cret@127.0.0.1:{primary}/0"
-
-    async def test_the_guides_acl_is_enough_and_the_replica_has_the_records(
-        self, redis_sentinels: SentinelSet, prefix: str
-    ) -> None:
-        keys = JobKeys(prefix, "acl")
-        redis = await connect(self.user(redis_sentinels, prefix, *guide_acl(prefix)))
-        try:
-            await _job(redis, keys, 1)
-            assert (await claim(redis, keys, 0, "1@w:1", b"1-0")).state == PENDING
-            assert await finish(redis, keys, 0, [b'{"line":2}'], None, 60)
-        finally:
-            await disconnect(redis)
-        _, replica = redis_sentinels.settled()
-        assert cli(replica, "hget", keys.state, "0").strip() == "done"
-
-    async def test_a_user_who_may_not_wait_is_refused_before_anything_is_written(
-        self, redis_sentinels: SentinelSet, prefix: str
-    ) -> None:
-        keys = JobKeys(prefix, "nowait")
-        url = self.user(redis_sentinels, prefix, *guide_acl(prefix, "+wait"))
-        with pytest.raises(NoPermissionError, match="wait"):
-            await claim_first_chunk(url, keys)
-        primary, _ = redis_sentinels.settled()
-        assert cli(primary, "hget", keys.state, "0").strip() == "pending"
-
-    async def test_a_sentinel_that_does_not_answer_is_passed_over(
-        self, redis_sentinels: SentinelSet, prefix: str
-    ) -> None:
-        (dead,) = free_ports(1)
-        url = redis_sentinels.url.replace("//", f"//127.0.0.1:{dead},", 1)
-        keys = JobKeys(prefix, "dead")
-        assert (await claim_first_chunk(url, keys)).state == PENDING
-        primary, _ = redis_sentinels.settled()
-        assert cli(primary, "hget", keys.state, "0").strip() == "in_flight"
-
-    async def test_a_sentinel_that_hangs_is_passed_over(
-        self, redis_sentinels: SentinelSet, prefix: str
-    ) -> None:
-        async def say_nothing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                await reader.read()  # reads what it is sent until closed, never answers
-            finally:
-                writer.close()
-
-        silent = await asyncio.start_server(say_nothing, "127.0.0.1", 0)
-        port = silent.sockets[0].getsockname()[1]
-        url = redis_sentinels.url.replace("/mymaster", f",127.0.0.1:{port}/mymaster")
-        try:
-            async with asyncio.timeout(10):  # it asked the silent one for 30 s, 11 times
-                claimed = await claim_first_chunk(url, JobKeys(prefix, "hung"))
-        finally:
-            silent.close()
-            await silent.wait_closed()
-        assert claimed.state == PENDING
 
 
 @attrs.frozen
