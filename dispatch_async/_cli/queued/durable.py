@@ -28,7 +28,7 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
-from .link import QueueRedis
+from .link import QueueRedis, outage_errors
 
 __all__ = ["Written", "primary_id", "write_durably"]
 
@@ -93,8 +93,6 @@ async def write_durably(
 async def _write(
     redis: QueueRedis, script: Any, keys: Sequence[str], args: Sequence[Any]
 ) -> Written:
-    from redis import exceptions
-
     server = _SERVERS.get(redis)
     if server is None or asyncio.get_running_loop().time() - server.seen > _LOOK_EVERY:
         server = await _look(redis)
@@ -112,7 +110,7 @@ async def _write(
             return Written(reply if kept is None else kept, moved)
         try:
             reply, confirmed = await _write_and_wait(redis, script, keys, args, server.replicas)
-        except (exceptions.ConnectionError, exceptions.TimeoutError, OSError):
+        except outage_errors():
             if attempt == _TRIES - 1:
                 raise
             log.info("a write to the queue's Redis was cut (an old primary demoted closes them)")

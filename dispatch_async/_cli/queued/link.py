@@ -29,6 +29,7 @@ __all__ = [
     "connection_of",
     "cut_by_failover",
     "disconnect",
+    "outage_errors",
     "redis_errors",
     "unreachable",
     "where",
@@ -65,6 +66,14 @@ def redis_errors() -> tuple[type[BaseException], ...]:
     import redis.exceptions
 
     return (redis.exceptions.RedisError, OSError)
+
+
+def outage_errors() -> tuple[type[BaseException], ...]:
+    """What Redis out of reach for a moment raises (a failover, a restart), as opposed to
+    an answer that something is wrong: worth trying again."""
+    import redis.exceptions as e
+
+    return (e.ConnectionError, e.TimeoutError, e.ClusterDownError, e.TryAgainError, OSError)
 
 
 def cut_by_failover(exc: BaseException) -> bool:

@@ -81,10 +81,11 @@ async def enqueue(
         "account": account or "",
         "chunk_size": str(chunk_size),
     }
+    primary = await primary_id(redis)
     for _ in range(_RUNS):
-        primary = await primary_id(redis)
         produced = await _enqueue_once(redis, keys, settings, input_spec, chunk_size, ttl)
-        if await primary_id(redis) == primary:
+        primary, before = await primary_id(redis), primary
+        if primary == before:
             return produced
         # What the old primary took after the failover is gone with it (workers would
         # never see those chunks, and the waiting producer would wait for them): store

@@ -20,7 +20,7 @@ from typing import TypeVar
 import dispatch_async as da
 
 from .chunks import DONE, JobKeys, QueueRedis, block_ms, check_job_id, check_prefix, job_keys
-from .link import cut_by_failover, redis_errors
+from .link import cut_by_failover, outage_errors, redis_errors
 
 __all__ = ["wait_until_done"]
 
@@ -88,12 +88,6 @@ async def _done(redis: QueueRedis, keys: JobKeys) -> set[bytes]:
     return {index for index, state in states.items() if state == DONE}
 
 
-def _not_now() -> tuple[type[BaseException], ...]:
-    import redis.exceptions as e
-
-    return (e.ConnectionError, e.TimeoutError, e.ClusterDownError, e.TryAgainError)
-
-
 class _Outage:
     """Rides out a failover: a blocking read cut by it, and a lost connection for at most
     ``_OUTAGE`` seconds in a row (then its error ends the wait)."""
@@ -108,7 +102,7 @@ class _Outage:
                 result = await call()
             except redis_errors() as exc:
                 if not cut_by_failover(exc):
-                    if not isinstance(exc, (*_not_now(), OSError)):
+                    if not isinstance(exc, outage_errors()):
                         raise
                     if self._since is None:
                         self._since = loop.time()
